@@ -1,0 +1,63 @@
+// XLA FFI handlers for platform "cpu": check, describe, run the CPU kernel.
+#include "ffi_cpu.h"
+
+#include <cstring>
+
+#include "cpu_kernels.h"
+#include "ffi_args.h"
+
+namespace jcc {
+namespace {
+
+ffi::Error CpuForward(JCC_FORWARD_PARAMS) {
+  ConvArgs a;
+  JCC_RETURN_IF_ERROR(MakeForwardArgs(&a, JCC_FORWARD_NAMES));
+  if (a.mode == SegmentMode::kVarlen)
+    JCC_RETURN_IF_ERROR(CheckOffsetsOnHost(a.cu_seqlens, a.batch, a.num_seqs + 1, a.len));
+  cpu::Forward(a);
+  return ffi::Error::Success();
+}
+
+ffi::Error CpuBackward(JCC_BACKWARD_PARAMS) {
+  ConvArgs a;
+  JCC_RETURN_IF_ERROR(MakeBackwardArgs(&a, JCC_BACKWARD_NAMES));
+  if (a.mode == SegmentMode::kVarlen)
+    JCC_RETURN_IF_ERROR(CheckOffsetsOnHost(a.cu_seqlens, a.batch, a.num_seqs + 1, a.len));
+  cpu::Backward(a);
+  return ffi::Error::Success();
+}
+
+ffi::Error CpuUpdate(JCC_UPDATE_PARAMS) {
+  UpdateArgs u;
+  JCC_RETURN_IF_ERROR(MakeUpdateArgs(&u, JCC_UPDATE_NAMES));
+  if (conv_state.untyped_data() != new_state->untyped_data())  // not aliased: work on a copy
+    std::memcpy(new_state->untyped_data(), conv_state.untyped_data(), conv_state.size_bytes());
+  if (u.conv_state_indices) {
+    for (int64_t b = 0; b < u.batch; ++b) {
+      const int32_t s = u.conv_state_indices[b];
+      if (s < -1 || s >= u.num_slots)
+        return Invalid("conv_state_indices[" + std::to_string(b) + "] = " + std::to_string(s) +
+                       " is outside [-1, " + std::to_string(u.num_slots) + ")");
+    }
+  }
+  cpu::Update(u);
+  return ffi::Error::Success();
+}
+
+ffi::Error CpuVarlenStates(JCC_VARLEN_STATES_PARAMS) {
+  VarlenStatesArgs v;
+  JCC_RETURN_IF_ERROR(MakeVarlenStatesArgs(&v, JCC_VARLEN_STATES_NAMES));
+  JCC_RETURN_IF_ERROR(CheckOffsetsOnHost(v.cu_seqlens, 1, v.num_seqs + 1, v.total));
+  cpu::VarlenStates(v);
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuForwardHandler, CpuForward, JCC_FORWARD_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuBackwardHandler, CpuBackward, JCC_BACKWARD_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuUpdateHandler, CpuUpdate, JCC_UPDATE_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuVarlenStatesHandler, CpuVarlenStates,
+                              JCC_VARLEN_STATES_BINDING(ffi::Ffi::Bind()));
+
+}  // namespace jcc

@@ -1,0 +1,11 @@
+// The CPU handlers, as XLA FFI symbols for the nanobind module to export.
+#pragma once
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jcc {
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CpuForwardHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CpuBackwardHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CpuUpdateHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CpuVarlenStatesHandler);
+}  // namespace jcc

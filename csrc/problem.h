@@ -1,0 +1,111 @@
+// Plain descriptions of one kernel call, shared by the CPU and CUDA kernels,
+// the XLA FFI handlers and the DLPack (torch) entry points. Everything the
+// kernels need is here: no framework types.
+#pragma once
+
+#include <cstdint>
+
+#include "dtype.h"
+
+#if defined(__CUDACC__)
+#define JCC_HD __host__ __device__ __forceinline__
+#else
+#define JCC_HD inline
+#endif
+
+namespace jcc {
+
+enum class Activation : int64_t { kNone = 0, kSilu = 1 };
+
+// Widest kernel accepted by every backend.
+constexpr int64_t kMaxWidth = 256;
+
+// Element offsets of a (batch, channel, time) tensor stored as (B, D, L)
+// ("channels first") or (B, L, D) ("channels last").
+struct Layout3 {
+  int64_t s_batch, s_chan, s_time;
+  static JCC_HD Layout3 Make(int64_t dim, int64_t len, bool channels_last) {
+    return channels_last ? Layout3{len * dim, 1, dim} : Layout3{dim * len, len, 1};
+  }
+  JCC_HD int64_t At(int64_t b, int64_t d, int64_t t) const {
+    return b * s_batch + d * s_chan + t * s_time;
+  }
+};
+
+// How the time axis of each batch row splits into independent sequences.
+//  kRow:    one sequence per row; history = initial_states[b] (or zeros).
+//  kSeqIdx: seq_idx[b, t] labels sequences; no history (zeros).
+//  kVarlen: cu_seqlens is (batch, N+1); in row b, cu_seqlens[b, n] ..
+//           cu_seqlens[b, n+1] is sequence n, whose history is
+//           initial_states[b*N + n] (or zeros) and whose final states go to
+//           final_states[b*N + n]. (A vmapped varlen call has batch > 1.)
+enum class SegmentMode : int { kRow = 0, kSeqIdx = 1, kVarlen = 2 };
+
+// Forward and backward of the causal depthwise convolution.
+//   y[b,d,t] = act(bias[g,d] + sum_k weight[g,d,k] * xp[b,d,t+k]) + residual[b,d,t]
+// with g = b / (batch / groups): a vmapped weight becomes `groups` > 1.
+struct ConvArgs {
+  int64_t batch = 0, dim = 0, len = 0, width = 0;
+  int64_t groups = 1;       // weight is (groups, dim, width); batch % groups == 0
+  int64_t num_states = 0;   // rows of initial/final states: batch, or batch*N for varlen
+  int64_t num_seqs = 0;     // varlen: sequences per row (N)
+  bool channels_last = false;         // x, y, residual, dy, dx layout
+  bool states_channels_last = false;  // (n, W-1, D) instead of (n, D, W-1)
+  Activation act = Activation::kNone;
+  SegmentMode mode = SegmentMode::kRow;
+
+  DType x_dtype = DType::kF32, w_dtype = DType::kF32, b_dtype = DType::kF32;
+  const void* x = nullptr;
+  const void* weight = nullptr;
+  const void* bias = nullptr;        // optional, (groups, dim)
+  const void* residual = nullptr;    // optional, like x (forward only)
+  const int32_t* seq_idx = nullptr;  // kSeqIdx: (batch, len)
+  const int32_t* cu_seqlens = nullptr;  // kVarlen: (batch, num_seqs + 1)
+  const void* initial_states = nullptr;  // optional, x dtype
+
+  // forward outputs
+  void* y = nullptr;
+  void* final_states = nullptr;  // optional, x dtype
+
+  // backward inputs / outputs
+  const void* dy = nullptr;
+  const void* dfinal_states = nullptr;  // optional
+  void* dx = nullptr;
+  void* dweight = nullptr;          // weight dtype
+  void* dbias = nullptr;            // bias dtype, when bias is present
+  void* dinitial_states = nullptr;  // x dtype, when initial states are present
+
+  JCC_HD int64_t state_len() const { return width - 1; }
+  JCC_HD Layout3 x_layout() const { return Layout3::Make(dim, len, channels_last); }
+  JCC_HD Layout3 state_layout() const {
+    return Layout3::Make(dim, width - 1, states_channels_last);
+  }
+  JCC_HD int64_t batch_per_group() const { return batch / groups; }
+};
+
+// Decode step: S new tokens per row against a rolling (or circular) state.
+struct UpdateArgs {
+  int64_t batch = 0, dim = 0, seqlen = 0, width = 0;
+  int64_t groups = 1;        // weight (groups, dim, width); batch % groups == 0
+  int64_t num_slots = 0, state_len = 0;  // conv_state (num_slots, dim, state_len)
+  Activation act = Activation::kNone;
+  DType x_dtype = DType::kF32, w_dtype = DType::kF32, b_dtype = DType::kF32;
+  const void* x = nullptr;            // (batch, dim, seqlen)
+  void* conv_state = nullptr;         // updated in place
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  const int32_t* cache_seqlens = nullptr;      // optional (batch,): circular buffer
+  const int32_t* conv_state_indices = nullptr; // optional (batch,): slot per row, -1 = pad
+  void* y = nullptr;                  // (batch, dim, seqlen)
+};
+
+// Last state_len inputs of each packed sequence, zero-padded on the left.
+struct VarlenStatesArgs {
+  int64_t total = 0, dim = 0, num_seqs = 0, state_len = 0;
+  DType x_dtype = DType::kF32;
+  const void* x = nullptr;            // (total, dim)
+  const int32_t* cu_seqlens = nullptr;  // (num_seqs + 1)
+  void* states = nullptr;             // (num_seqs, dim, state_len)
+};
+
+}  // namespace jcc

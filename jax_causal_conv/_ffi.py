@@ -1,0 +1,48 @@
+"""Loading the compiled modules and registering their XLA FFI targets.
+
+The same versioned target names are registered for platform "cpu" (C++
+kernels, always built) and "CUDA" (when the CUDA module was built). A future
+incompatible change to a target's arguments gets a new ``_vN`` name, so
+exported programs keep working."""
+
+from __future__ import annotations
+
+import jax
+
+from . import _jcc_cpu
+
+FORWARD = "jax_causal_conv_fwd_v1"
+BACKWARD = "jax_causal_conv_bwd_v1"
+UPDATE = "jax_causal_conv_update_v1"
+VARLEN_STATES = "jax_causal_conv_varlen_states_v1"
+TARGETS = (FORWARD, BACKWARD, UPDATE, VARLEN_STATES)
+
+try:  # absent in CPU-only builds, or when the CUDA runtime cannot load
+    from . import _jcc_cuda  # type: ignore[attr-defined]
+except ImportError as e:  # pragma: no cover - depends on the build
+    _jcc_cuda = None
+    CUDA_IMPORT_ERROR = str(e)
+else:
+    CUDA_IMPORT_ERROR = None
+
+# Platforms (as lax.platform_dependent names them) that have our kernels.
+PLATFORMS = ("cpu", "cuda") if _jcc_cuda is not None else ("cpu",)
+
+
+def _register():
+    for name, capsule in _jcc_cpu.registrations().items():
+        jax.ffi.register_ffi_target(name, capsule, platform="cpu")
+    if _jcc_cuda is not None:
+        for name, capsule in _jcc_cuda.registrations().items():
+            jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+
+
+_register()
+
+
+def disabled_safety_checks():
+    """The ``jax.export.DisabledSafetyCheck`` list an exported function that
+    calls these kernels needs: ``jax.export.export(jax.jit(f),
+    disabled_checks=jcc.disabled_safety_checks())``. The importing process
+    must ``import jax_causal_conv`` so the targets are registered."""
+    return [jax.export.DisabledSafetyCheck.custom_call(t) for t in TARGETS]

@@ -1,0 +1,94 @@
+"""causal_conv1d and causal_conv1d_varlen: the kernels behind a custom_vjp.
+
+The forward saves only its inputs; the backward kernel recomputes the
+pre-activation on the fly (a few FMAs per element) instead of storing it."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from . import _calls as K
+from . import _validate as V
+from . import reference
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _conv(cfg, x, w, b, res, seq_idx, cu, init):
+    return K.forward(cfg, x, w, b, res, seq_idx, cu, init)
+
+
+def _conv_fwd(cfg, x, w, b, res, seq_idx, cu, init):
+    out = K.forward(cfg, x, w, b, res, seq_idx, cu, init)
+    return out, (x, w, b, res is not None, seq_idx, cu, init)
+
+
+def _conv_bwd(cfg, saved, cts):
+    x, w, b, has_res, seq_idx, cu, init = saved
+    dy, dfin = cts
+    dx, dw, db, dinit = K.backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin)
+    return dx, dw, db, (dy if has_res else None), None, None, dinit
+
+
+_conv.defvjp(_conv_fwd, _conv_bwd)
+
+
+def _as(a, dtype):
+    return None if a is None else jnp.asarray(a).astype(dtype)
+
+
+def causal_conv1d(x, weight, bias=None, *, activation=None, residual=None, seq_idx=None,
+                  initial_states=None, return_final_states=False, channels_last=False,
+                  backend="auto"):
+    """Causal depthwise conv1d.
+
+    ``y[b, d, t] = act(bias[d] + sum_k weight[d, k] * xp[b, d, t + k]) + residual``
+    with ``xp = concat(initial_states, x)`` along time. ``x`` is (B, D, L), or
+    (B, L, D) with ``channels_last=True``; ``weight`` is (D, W), ``bias`` (D,).
+    Returns ``y``, or ``(y, final_states)`` with ``return_final_states=True``
+    (the last W-1 inputs of ``xp``, shaped like ``initial_states``).
+    ``seq_idx`` (B, L) int32 separates packed sequences. ``backend``: "auto"
+    (our kernel where one exists, else pure XLA), "ffi" or "xla".
+    """
+    V.check_backend(backend)
+    act = V.check_conv(x, weight, bias, residual, seq_idx, initial_states, channels_last,
+                       activation)
+    if backend == "xla" or 0 in x.shape:
+        return reference.causal_conv1d(
+            x, weight, bias, activation=act, residual=residual, seq_idx=seq_idx,
+            initial_states=initial_states, return_final_states=return_final_states,
+            channels_last=channels_last)
+    x = jnp.asarray(x)
+    cfg = K.ConvConfig(activation=act, mode=K.ROWS if seq_idx is None else K.SEQ_IDX,
+                       channels_last=bool(channels_last), states_channels_last=bool(channels_last),
+                       want_final=bool(return_final_states), backend=backend)
+    y, fin = _conv(cfg, x, jnp.asarray(weight)[None], None if bias is None else jnp.asarray(bias)[None],
+                   _as(residual, x.dtype), _as(seq_idx, jnp.int32), None,
+                   _as(initial_states, x.dtype))
+    return (y, fin) if return_final_states else y
+
+
+def causal_conv1d_varlen(x, weight, bias=None, *, cu_seqlens, activation=None,
+                         initial_states=None, return_final_states=False, backend="auto"):
+    """Causal conv1d over sequences packed along tokens.
+
+    ``x`` is (T, D); sequence n is ``x[cu_seqlens[n]:cu_seqlens[n+1]]``.
+    ``initial_states`` / ``final_states`` are per sequence, (N, D, W-1).
+    """
+    V.check_backend(backend)
+    act = V.check_varlen(x, weight, bias, cu_seqlens, initial_states, activation)
+    if backend == "xla" or 0 in x.shape:
+        return reference.causal_conv1d_varlen(
+            x, weight, bias, cu_seqlens=cu_seqlens, activation=act,
+            initial_states=initial_states, return_final_states=return_final_states)
+    x = jnp.asarray(x)
+    cfg = K.ConvConfig(activation=act, mode=K.VARLEN, channels_last=True,
+                       states_channels_last=False, want_final=bool(return_final_states),
+                       backend=backend)
+    y, fin = _conv(cfg, x[None], jnp.asarray(weight)[None],
+                   None if bias is None else jnp.asarray(bias)[None], None, None,
+                   _as(cu_seqlens, jnp.int32)[None], _as(initial_states, x.dtype))
+    return (y[0], fin) if return_final_states else y[0]

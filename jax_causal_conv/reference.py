@@ -1,0 +1,175 @@
+"""The same functions in plain jax.numpy: the semantics of SPEC.md, written as
+shifted sums. Used by the tests, and as the pure-XLA backend (``backend="xla"``)
+where no kernel exists; gradients come from JAX's autodiff."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from . import _validate as V
+
+__all__ = [
+    "causal_conv1d",
+    "causal_conv1d_varlen",
+    "causal_conv1d_update",
+    "causal_conv1d_varlen_states",
+]
+
+
+def _acc_dtype(dtype):
+    return jnp.float64 if dtype == jnp.float64 else jnp.float32
+
+
+def _act(v, activation):
+    return jax.nn.silu(v) if activation == "silu" else v
+
+
+def _conv_taps(xp, weight, bias, L, mask=None):
+    """bias + sum_k weight[:, k] * xp[..., t + k] over (..., D, L + W - 1) -> (..., D, L)."""
+    W = weight.shape[-1]
+    acc = jnp.zeros(xp.shape[:-1] + (L,), xp.dtype)
+    if bias is not None:
+        acc = acc + bias.astype(xp.dtype)[:, None]
+    for k in range(W):
+        term = weight[:, k, None].astype(xp.dtype) * xp[..., k : k + L]
+        if mask is not None:
+            term = jnp.where(mask[k], term, 0)
+        acc = acc + term
+    return acc
+
+
+def causal_conv1d(x, weight, bias=None, *, activation=None, residual=None, seq_idx=None,
+                  initial_states=None, return_final_states=False, channels_last=False,
+                  backend="xla"):
+    """Reference of :func:`jax_causal_conv.causal_conv1d` (``backend`` is ignored)."""
+    activation = V.check_conv(x, weight, bias, residual, seq_idx, initial_states,
+                              channels_last, activation)
+    if channels_last:  # compute in (B, D, L)
+        x = jnp.swapaxes(x, 1, 2)
+        residual = None if residual is None else jnp.swapaxes(residual, 1, 2)
+        initial_states = None if initial_states is None else jnp.swapaxes(initial_states, 1, 2)
+    B, D, L = x.shape
+    W = weight.shape[-1]
+    acc_t = _acc_dtype(x.dtype)
+    hist = (jnp.zeros((B, D, W - 1), acc_t) if initial_states is None
+            else initial_states.astype(acc_t))
+    xp = jnp.concatenate([hist, x.astype(acc_t)], axis=-1)
+    mask = None
+    if seq_idx is not None:
+        # tap k of output t reads input t' = t - (W-1) + k: same sequence only
+        sp = jnp.pad(seq_idx, ((0, 0), (W - 1, 0)))
+        valid = jnp.arange(L + W - 1) >= W - 1
+        mask = [((sp[:, k : k + L] == seq_idx) & valid[k : k + L])[:, None, :] for k in range(W)]
+    y = _act(_conv_taps(xp, weight, bias, L, mask), activation)
+    if residual is not None:
+        y = y + residual.astype(acc_t)
+    y = y.astype(x.dtype)
+    final = xp[..., L:].astype(x.dtype)
+    if channels_last:
+        y, final = jnp.swapaxes(y, 1, 2), jnp.swapaxes(final, 1, 2)
+    return (y, final) if return_final_states else y
+
+
+def _varlen_taps(x, cu_seqlens, initial_states, W):
+    """For packed x (T, D): xs[k] = the input tap k of every output reads, (T, D)."""
+    T = x.shape[0]
+    t = jnp.arange(T)
+    seq = jnp.clip(jnp.searchsorted(cu_seqlens[1:], t, side="right"), 0, cu_seqlens.shape[0] - 2)
+    start = cu_seqlens[seq]
+    taps = []
+    for k in range(W):
+        src = t - (W - 1) + k
+        inside = src >= start
+        v = jnp.where(inside[:, None], x[jnp.clip(src, 0, max(T - 1, 0))], 0)
+        if initial_states is not None:
+            j = jnp.clip(W - 1 + src - start, 0, W - 2)  # history slot
+            h = initial_states[seq, :, j]                  # (T, D)
+            v = jnp.where(inside[:, None], v, h)
+        taps.append(v)
+    return taps
+
+
+def varlen_final_states(x, cu_seqlens, initial_states, state_len):
+    """Last ``state_len`` inputs of each sequence of ``concat(initial_states, x_seq)``."""
+    N = cu_seqlens.shape[0] - 1
+    T, D = x.shape
+    lo, hi = cu_seqlens[:-1], cu_seqlens[1:]
+    pos = hi[:, None] - state_len + jnp.arange(state_len)[None, :]  # (N, S)
+    inside = pos >= lo[:, None]
+    v = x[jnp.clip(pos, 0, max(T - 1, 0))] if T > 0 else jnp.zeros((N, state_len, D), x.dtype)
+    v = jnp.where(inside[..., None], v, 0)                          # (N, S, D)
+    if initial_states is not None:
+        Wm1 = initial_states.shape[-1]
+        j = jnp.clip(Wm1 + pos - lo[:, None], 0, max(Wm1 - 1, 0))
+        h = jnp.take_along_axis(initial_states, j[:, None, :], axis=2) if Wm1 > 0 else 0
+        v = jnp.where(inside[..., None], v, jnp.swapaxes(h, 1, 2))
+    return jnp.swapaxes(v, 1, 2).astype(x.dtype)                    # (N, D, S)
+
+
+def causal_conv1d_varlen(x, weight, bias=None, *, cu_seqlens, activation=None,
+                         initial_states=None, return_final_states=False, backend="xla"):
+    """Reference of :func:`jax_causal_conv.causal_conv1d_varlen`."""
+    activation = V.check_varlen(x, weight, bias, cu_seqlens, initial_states, activation)
+    T, D = x.shape
+    W = weight.shape[-1]
+    acc_t = _acc_dtype(x.dtype)
+    init = None if initial_states is None else initial_states.astype(acc_t)
+    acc = jnp.zeros((T, D), acc_t)
+    if bias is not None:
+        acc = acc + bias.astype(acc_t)
+    if T > 0:
+        for k, v in enumerate(_varlen_taps(x.astype(acc_t), cu_seqlens, init, W)):
+            acc = acc + weight[:, k].astype(acc_t) * v
+    y = _act(acc, activation).astype(x.dtype)
+    if not return_final_states:
+        return y
+    return y, varlen_final_states(x, cu_seqlens, initial_states, W - 1)
+
+
+def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
+    """Reference of :func:`jax_causal_conv.causal_conv1d_varlen_states`."""
+    V.check_varlen_states(x, cu_seqlens, state_len)
+    return varlen_final_states(x, cu_seqlens, None, state_len)
+
+
+def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
+                         cache_seqlens=None, conv_state_indices=None, backend="xla"):
+    """Reference of :func:`jax_causal_conv.causal_conv1d_update`."""
+    activation = V.check_update(x, conv_state, weight, bias, cache_seqlens,
+                                conv_state_indices, activation)
+    single = x.ndim == 2
+    if single:
+        x = x[..., None]
+    B, D, S = x.shape
+    N, _, SL = conv_state.shape
+    W = weight.shape[-1]
+    acc_t = _acc_dtype(x.dtype)
+    slots = jnp.arange(B) if conv_state_indices is None else conv_state_indices
+    pad = (slots < 0) | (slots >= N)
+    safe = jnp.clip(slots, 0, max(N - 1, 0))
+    st = conv_state[safe]                                      # (B, D, SL)
+    if cache_seqlens is None:
+        hist = st[..., SL - (W - 1):]
+    else:
+        idx = jnp.mod(cache_seqlens[:, None] - (W - 1) + jnp.arange(W - 1)[None, :], max(SL, 1))
+        hist = jnp.take_along_axis(st, idx[:, None, :], axis=2)
+    xp = jnp.concatenate([hist.astype(acc_t), x.astype(acc_t)], axis=-1)
+    y = _act(_conv_taps(xp, weight, bias, S), activation)
+    y = jnp.where(pad[:, None, None], 0, y).astype(x.dtype)
+    # the new state: the newest SL entries of the stream, written in place
+    if cache_seqlens is None:
+        new_rows = jnp.concatenate([st, x.astype(st.dtype)], axis=-1)[..., S:]
+    elif SL > 0:
+        pos = jnp.mod(cache_seqlens[:, None] + jnp.arange(S)[None, :], SL)     # (B, S)
+        keep = jnp.arange(S)[None, :] >= S - SL                                 # last SL only
+        rows = st
+        onehot = (jnp.arange(SL)[None, None, :] == pos[:, :, None]) & keep[:, :, None]  # (B,S,SL)
+        written = jnp.einsum("bsl,bds->bdl", onehot.astype(acc_t), x.astype(acc_t))
+        hit = onehot.any(axis=1)[:, None, :]
+        new_rows = jnp.where(hit, written.astype(st.dtype), rows)
+    else:
+        new_rows = st
+    target = jnp.where(pad, N, safe)  # padding rows write nowhere (dropped index)
+    new_state = conv_state.at[target].set(new_rows, mode="drop")
+    return (y[..., 0] if single else y), new_state
