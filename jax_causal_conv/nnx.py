@@ -1,0 +1,104 @@
+"""Flax NNX wrapper: :class:`CausalConv1d`, a depthwise causal conv over (B, L, D).
+
+    from flax import nnx
+    from jax_causal_conv.nnx import CausalConv1d
+    conv = CausalConv1d(D, kernel_size=4, activation="silu", rngs=nnx.Rngs(0))
+    y = conv(x)                                   # (B, L, D)
+
+Decoding: ``conv.init_cache(batch_size)`` creates an ``nnx.Cache`` holding the
+last ``W-1`` inputs, (B, W-1, D), at zeros; then ``conv(x, decode=True)`` with a
+prompt of any length (prefill) and then one or more tokens at a time updates it
+and gives the full-sequence outputs step by step.
+
+This module imports flax; ``import jax_causal_conv`` itself does not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import jax.numpy as jnp
+from flax import nnx
+
+from .flax import conv_apply, default_kernel_init
+
+__all__ = ["CausalConv1d"]
+
+_data = getattr(nnx, "data", lambda v: v)  # flax >= 0.11 wants None-or-Variable attrs marked
+
+
+def _get(var):  # flax >= 0.12 deprecates .value
+    return var.get_value() if hasattr(var, "get_value") else var.value
+
+
+def _set(var, value):
+    if hasattr(var, "set_value"):
+        var.set_value(value)
+    else:
+        var.value = value
+
+
+class CausalConv1d(nnx.Module):
+    """Depthwise causal conv1d over (B, L, D) inputs (channels last).
+
+    Args:
+      features: number of channels ``D``.
+      kernel_size: the width ``W``.
+      use_bias: add a learned per-channel bias.
+      activation: ``None`` or ``"silu"`` (alias ``"swish"``), fused in the kernel.
+      dtype: computation dtype (default: inferred from inputs and params).
+      param_dtype: dtype of ``kernel`` (D, W) and ``bias`` (D,).
+      kernel_init / bias_init: their initialisers.
+      backend: ``"auto"``, ``"ffi"`` or ``"xla"`` (see :func:`causal_conv1d`).
+      rngs: ``nnx.Rngs`` for the initialisers.
+    """
+
+    def __init__(self, features: int, kernel_size: int = 4, *, use_bias: bool = True,
+                 activation: Optional[str] = None, dtype: Optional[Any] = None,
+                 param_dtype: Any = jnp.float32, kernel_init: Callable = default_kernel_init,
+                 bias_init: Callable = nnx.initializers.zeros_init(), backend: str = "auto",
+                 rngs: nnx.Rngs):
+        self.features = features
+        self.kernel_size = kernel_size
+        self.use_bias = use_bias
+        self.activation = activation
+        self.dtype = dtype
+        self.param_dtype = param_dtype
+        self.backend = backend
+        self.kernel = nnx.Param(kernel_init(rngs.params(), (features, kernel_size), param_dtype))
+        self.bias = _data(nnx.Param(bias_init(rngs.params(), (features,), param_dtype))
+                          if use_bias else None)
+        self.cache = _data(None)
+
+    def init_cache(self, batch_size: int, dtype: Any = None):
+        """Start decoding: a zero cache of the last ``W-1`` inputs, (B, W-1, D)."""
+        dtype = dtype or self.dtype or self.param_dtype
+        self.cache = nnx.Cache(jnp.zeros((batch_size, self.kernel_size - 1, self.features),
+                                         dtype))
+
+    def __call__(self, x, residual=None, *, decode: bool = False, seq_idx=None):
+        """``x`` (B, L, D) -> (B, L, D); ``residual`` is added after the activation.
+        With ``decode=True`` the cache (see :meth:`init_cache`) supplies the history
+        and is updated with the newest ``W-1`` inputs."""
+        if x.ndim != 3 or x.shape[-1] != self.features:
+            raise ValueError(f"CausalConv1d: x must be (B, L, D={self.features}), got shape "
+                             f"{x.shape}")
+        bias = None if self.bias is None else _get(self.bias)
+        if not decode:
+            y, _ = conv_apply(x, _get(self.kernel), bias, activation=self.activation,
+                              residual=residual, cache=None, dtype=self.dtype,
+                              backend=self.backend, seq_idx=seq_idx)
+            return y
+        if self.cache is None:
+            raise ValueError("CausalConv1d: decode=True needs a cache: call "
+                             "init_cache(batch_size) first")
+        if seq_idx is not None:
+            raise ValueError("CausalConv1d: seq_idx cannot be combined with decode=True")
+        if self.cache.shape[0] != x.shape[0]:
+            raise ValueError(f"CausalConv1d: cache batch {self.cache.shape[0]} != x batch "
+                             f"{x.shape[0]}; call init_cache({x.shape[0]})")
+        y, new = conv_apply(x, _get(self.kernel), bias, activation=self.activation,
+                            residual=residual, cache=_get(self.cache), dtype=self.dtype,
+                            backend=self.backend)
+        _set(self.cache, new)
+        return y
