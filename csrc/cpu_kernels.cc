@@ -64,43 +64,88 @@ struct BlockWeights {
       if (a.bias) bias[c] = LoadAny<Acc>(a.bias, a.b_dtype, row);
     }
   }
+  // The taps reversed and no bias: dx[j] = sum_m w[W-1-m] * g[j + m].
+  BlockWeights Transposed(int64_t width) const {
+    BlockWeights r;
+    r.w.assign(w.size(), Acc(0));
+    for (int64_t k = 0; k < width; ++k)
+      for (int c = 0; c < kBlock; ++c) r.w[k * kBlock + c] = w[(width - 1 - k) * kBlock + c];
+    for (int c = 0; c < kBlock; ++c) r.bias[c] = Acc(0);
+    return r;
+  }
 };
 
-// Copies n time steps of nc channels between a strided tensor and a
-// [time][kBlock] buffer, looping along whichever axis is contiguous.
-template <typename T, typename Acc>
+// A tile of kBlock channels x `rows` time steps in a scratch buffer. With
+// kTimeInner (channels-first x) each channel's steps are contiguous, else
+// each step's channels are: either way the innermost loops below run over
+// contiguous memory, in the order Each() picks, and vectorise.
+template <bool kTimeInner>
+struct Tile {
+  int64_t rows;
+  int64_t At(int64_t j, int c) const { return kTimeInner ? c * rows + j : j * kBlock + c; }
+  template <typename Fn>
+  static void Each(int64_t n, int nc, Fn fn) {
+    if (kTimeInner) {
+      for (int c = 0; c < nc; ++c)
+        for (int64_t j = 0; j < n; ++j) fn(j, c);
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        for (int c = 0; c < nc; ++c) fn(j, c);
+    }
+  }
+};
+
+// Copies steps [t0, t0+n) of channels [d0, d0+nc) of row b between a strided
+// tensor and a tile, starting at tile step j0.
+template <bool TI, typename T, typename Acc>
 void Gather(const T* src, Layout3 lay, int64_t b, int64_t d0, int nc, int64_t t0, int64_t n,
-            Acc* buf) {
-  if (lay.s_time == 1) {
-    for (int c = 0; c < nc; ++c) {
-      const T* p = src + lay.At(b, d0 + c, t0);
-      for (int64_t j = 0; j < n; ++j) buf[j * kBlock + c] = Load<Acc>(p + j);
-    }
-  } else {
-    for (int64_t j = 0; j < n; ++j) {
-      const T* p = src + lay.At(b, d0, t0 + j);
-      for (int c = 0; c < nc; ++c) buf[j * kBlock + c] = Load<Acc>(p + c * lay.s_chan);
-    }
+            Acc* buf, Tile<TI> tile, int64_t j0 = 0) {
+  const T* base = src + lay.At(b, d0, t0);
+  Tile<TI>::Each(n, nc, [&](int64_t j, int c) {
+    buf[tile.At(j0 + j, c)] = Load<Acc>(base + c * lay.s_chan + j * lay.s_time);
+  });
+}
+
+template <bool TI, typename T, typename Acc>
+void Scatter(const Acc* buf, Tile<TI> tile, int64_t j0, Layout3 lay, int64_t b, int64_t d0,
+             int nc, int64_t t0, int64_t n, T* dst) {
+  T* base = dst + lay.At(b, d0, t0);
+  Tile<TI>::Each(n, nc, [&](int64_t j, int c) {
+    Store<Acc>(base + c * lay.s_chan + j * lay.s_time, buf[tile.At(j0 + j, c)]);
+  });
+}
+
+// out[j, c] = bias[c] + sum_k w[k, c] * in[j + k, c] for j in [0, n).
+// Small widths (the hot path) are unrolled so each output stays in a register.
+template <int kW, bool TI, typename Acc>
+void TapsFixed(const BlockWeights<Acc>& bw, const Acc* in, Tile<TI> ti, int64_t n, Acc* out,
+               Tile<TI> to) {
+  Tile<TI>::Each(n, kBlock, [&](int64_t j, int c) {
+    Acc acc = bw.bias[c];
+    for (int k = 0; k < kW; ++k) acc += bw.w[k * kBlock + c] * in[ti.At(j + k, c)];
+    out[to.At(j, c)] = acc;
+  });
+}
+
+template <bool TI, typename Acc>
+void Taps(const BlockWeights<Acc>& bw, int64_t W, const Acc* in, Tile<TI> ti, int64_t n,
+          Acc* out, Tile<TI> to) {
+  switch (W) {
+    case 1: return TapsFixed<1>(bw, in, ti, n, out, to);
+    case 2: return TapsFixed<2>(bw, in, ti, n, out, to);
+    case 3: return TapsFixed<3>(bw, in, ti, n, out, to);
+    case 4: return TapsFixed<4>(bw, in, ti, n, out, to);
+  }
+  Tile<TI>::Each(n, kBlock, [&](int64_t j, int c) { out[to.At(j, c)] = bw.bias[c]; });
+  for (int64_t k = 0; k < W; ++k) {
+    const Acc* wk = bw.w.data() + k * kBlock;
+    Tile<TI>::Each(n, kBlock, [&](int64_t j, int c) {
+      out[to.At(j, c)] += wk[c] * in[ti.At(j + k, c)];
+    });
   }
 }
 
-template <typename T, typename Acc>
-void Scatter(const Acc* buf, Layout3 lay, int64_t b, int64_t d0, int nc, int64_t t0, int64_t n,
-             T* dst) {
-  if (lay.s_time == 1) {
-    for (int c = 0; c < nc; ++c) {
-      T* p = dst + lay.At(b, d0 + c, t0);
-      for (int64_t j = 0; j < n; ++j) Store<Acc>(p + j, buf[j * kBlock + c]);
-    }
-  } else {
-    for (int64_t j = 0; j < n; ++j) {
-      T* p = dst + lay.At(b, d0, t0 + j);
-      for (int c = 0; c < nc; ++c) Store<Acc>(p + c * lay.s_chan, buf[j * kBlock + c]);
-    }
-  }
-}
-
-template <typename T, typename Acc>
+template <bool TI, typename T, typename Acc>
 void ForwardBlock(const ConvArgs& a, int64_t b, int64_t d0, std::vector<Segment>& segs) {
   const int nc = int(std::min<int64_t>(kBlock, a.dim - d0));
   const int64_t W = a.width, H = W - 1;
@@ -113,48 +158,47 @@ void ForwardBlock(const ConvArgs& a, int64_t b, int64_t d0, std::vector<Segment>
 
   BlockWeights<Acc> bw;
   bw.Load(a, b / a.batch_per_group(), d0, nc);
-  std::vector<Acc> buf((kChunk + H) * kBlock, Acc(0));  // [H history | chunk][kBlock]
+  const Tile<TI> tb{kChunk + H}, to{kChunk};
+  std::vector<Acc> buf((kChunk + H) * kBlock, Acc(0));  // steps: [H history | chunk]
   std::vector<Acc> out(kChunk * kBlock), rbuf(res ? kChunk * kBlock : 0);
+  auto clear_history = [&] {
+    Tile<TI>::Each(H, kBlock, [&](int64_t j, int c) { buf[tb.At(j, c)] = Acc(0); });
+  };
 
   RowSegments(a, b, segs);
   for (const Segment& s : segs) {
-    std::fill(buf.begin(), buf.begin() + H * kBlock, Acc(0));
-    if (s.history_row >= 0) Gather(init, sl, s.history_row, d0, nc, 0, H, buf.data());
+    clear_history();
+    if (s.history_row >= 0) Gather(init, sl, s.history_row, d0, nc, 0, H, buf.data(), tb);
     for (int64_t c0 = s.start; c0 < s.end; c0 += kChunk) {
       const int64_t n = std::min(kChunk, s.end - c0);
-      Gather(x, xl, b, d0, nc, c0, n, buf.data() + H * kBlock);
-      if (res) Gather(res, xl, b, d0, nc, c0, n, rbuf.data());
-      for (int64_t j = 0; j < n; ++j) {
-        Acc acc[kBlock];
-        for (int c = 0; c < kBlock; ++c) acc[c] = bw.bias[c];
-        for (int64_t k = 0; k < W; ++k) {
-          const Acc* wk = bw.w.data() + k * kBlock;
-          const Acc* xk = buf.data() + (j + k) * kBlock;
-          for (int c = 0; c < kBlock; ++c) acc[c] += wk[c] * xk[c];
-        }
-        for (int c = 0; c < kBlock; ++c) {
-          Acc v = Activate(acc[c], a.act);
-          out[j * kBlock + c] = res ? v + rbuf[j * kBlock + c] : v;
-        }
+      Gather(x, xl, b, d0, nc, c0, n, buf.data(), tb, H);
+      Taps(bw, W, buf.data(), tb, n, out.data(), to);
+      if (a.act == Activation::kSilu)
+        Tile<TI>::Each(n, nc, [&](int64_t j, int c) {
+          out[to.At(j, c)] = Activate(out[to.At(j, c)], a.act);
+        });
+      if (res) {
+        Gather(res, xl, b, d0, nc, c0, n, rbuf.data(), to);
+        Tile<TI>::Each(n, nc, [&](int64_t j, int c) { out[to.At(j, c)] += rbuf[to.At(j, c)]; });
       }
-      Scatter(out.data(), xl, b, d0, nc, c0, n, y);
+      Scatter(out.data(), to, 0, xl, b, d0, nc, c0, n, y);
       // Keep the H most recent inputs as the next chunk's history.
-      std::copy(buf.begin() + n * kBlock, buf.begin() + (n + H) * kBlock, buf.begin());
+      Tile<TI>::Each(H, nc, [&](int64_t j, int c) { buf[tb.At(j, c)] = buf[tb.At(j + n, c)]; });
     }
-    if (s.final_row >= 0 && fin) Scatter(buf.data(), sl, s.final_row, d0, nc, 0, H, fin);
+    if (s.final_row >= 0 && fin) Scatter(buf.data(), tb, 0, sl, s.final_row, d0, nc, 0, H, fin);
   }
   if (a.mode == SegmentMode::kSeqIdx && fin) {
     // Row-level final states: the last H inputs of the row, zero-padded.
-    std::fill(buf.begin(), buf.begin() + H * kBlock, Acc(0));
+    clear_history();
     const int64_t take = std::min(H, a.len);
-    Gather(x, xl, b, d0, nc, a.len - take, take, buf.data() + (H - take) * kBlock);
-    Scatter(buf.data(), sl, b, d0, nc, 0, H, fin);
+    Gather(x, xl, b, d0, nc, a.len - take, take, buf.data(), tb, H - take);
+    Scatter(buf.data(), tb, 0, sl, b, d0, nc, 0, H, fin);
   }
 }
 
 // Backward of one (weight group, channel block): loops over the group's batch
 // rows in a fixed order, so dweight/dbias are reduced deterministically.
-template <typename T, typename Acc>
+template <bool TI, typename T, typename Acc>
 void BackwardBlock(const ConvArgs& a, int64_t g, int64_t d0, std::vector<Segment>& segs) {
   const int nc = int(std::min<int64_t>(kBlock, a.dim - d0));
   const int64_t W = a.width, H = W - 1;
@@ -168,10 +212,16 @@ void BackwardBlock(const ConvArgs& a, int64_t g, int64_t d0, std::vector<Segment
 
   BlockWeights<Acc> bw;
   bw.Load(a, g, d0, nc);
+  const BlockWeights<Acc> bwt = bw.Transposed(W);
+  const Tile<TI> tl{kChunk + H}, tc{kChunk}, th{std::max<int64_t>(H, 1)};
   std::vector<Acc> xb((kChunk + H) * kBlock), gb((kChunk + H) * kBlock);
-  std::vector<Acc> dyb(kChunk * kBlock), dxb(kChunk * kBlock), fb(std::max<int64_t>(H, 1) * kBlock);
-  std::vector<Acc> dw(W * kBlock, Acc(0)), dwc(W * kBlock);
+  std::vector<Acc> pre(kChunk * kBlock), dyb(kChunk * kBlock), dxb(kChunk * kBlock);
+  std::vector<Acc> fb(th.rows * kBlock), dh(th.rows * kBlock);
+  std::vector<Acc> dw(W * kBlock, Acc(0));
   Acc db[kBlock] = {};
+  auto zero = [&](std::vector<Acc>& v, Tile<TI> t, int64_t j0, int64_t n) {
+    Tile<TI>::Each(n, kBlock, [&](int64_t j, int c) { v[t.At(j0 + j, c)] = Acc(0); });
+  };
 
   const int64_t bpg = a.batch_per_group();
   for (int64_t b = g * bpg; b < (g + 1) * bpg; ++b) {
@@ -179,63 +229,66 @@ void BackwardBlock(const ConvArgs& a, int64_t g, int64_t d0, std::vector<Segment
     for (const Segment& s : segs) {
       // Which final-state row receives this segment's tail, and where that tail starts.
       int64_t frow = s.final_row, fin_start = s.end - H;
-      if (a.mode == SegmentMode::kSeqIdx && dfin) frow = b, fin_start = a.len - H;
+      if (a.mode == SegmentMode::kSeqIdx) frow = b, fin_start = a.len - H;
       if (!dfin) frow = -1;
-      if (frow >= 0) Gather(dfin, sl, frow, d0, nc, 0, H, fb.data());
-      // gb[n .. n+H) carries g = dL/dpre at the H steps after the current chunk.
-      std::fill(gb.begin(), gb.end(), Acc(0));
+      if (frow >= 0) Gather(dfin, sl, frow, d0, nc, 0, H, fb.data(), th);
+      // gb steps [n, n+H) carry g = dL/dpre at the H steps after the current chunk.
+      zero(gb, tl, 0, kChunk + H);
       for (int64_t c1 = s.end; c1 > s.start; c1 -= kChunk) {
         const int64_t c0 = std::max(s.start, c1 - kChunk), n = c1 - c0;
-        // Move the carry (g at c1 .. c1+H) to sit right after this chunk.
-        std::copy_backward(gb.begin(), gb.begin() + H * kBlock, gb.begin() + (n + H) * kBlock);
+        // Move the carry (g at c1 .. c1+H) to sit right after this chunk (backwards: may overlap).
+        for (int64_t j = H - 1; j >= 0; --j)
+          for (int c = 0; c < kBlock; ++c) gb[tl.At(n + j, c)] = gb[tl.At(j, c)];
         // History: H inputs before c0, from x, initial states or zeros.
-        std::fill(xb.begin(), xb.begin() + H * kBlock, Acc(0));
+        zero(xb, tl, 0, H);
         const int64_t from_x = std::min(H, c0 - s.start);
-        if (from_x > 0) Gather(x, xl, b, d0, nc, c0 - from_x, from_x, xb.data() + (H - from_x) * kBlock);
+        if (from_x > 0) Gather(x, xl, b, d0, nc, c0 - from_x, from_x, xb.data(), tl, H - from_x);
         if (from_x < H && s.history_row >= 0)
-          Gather(init, sl, s.history_row, d0, nc, from_x, H - from_x, xb.data());
-        Gather(x, xl, b, d0, nc, c0, n, xb.data() + H * kBlock);
-        Gather(dy, xl, b, d0, nc, c0, n, dyb.data());
-        // g = dy * act'(pre), and this chunk's contribution to dweight/dbias.
-        std::fill(dwc.begin(), dwc.end(), Acc(0));
-        for (int64_t j = 0; j < n; ++j) {
-          Acc pre[kBlock];
-          for (int c = 0; c < kBlock; ++c) pre[c] = bw.bias[c];
-          for (int64_t k = 0; k < W; ++k)
-            for (int c = 0; c < kBlock; ++c)
-              pre[c] += bw.w[k * kBlock + c] * xb[(j + k) * kBlock + c];
-          Acc* gj = gb.data() + j * kBlock;
-          for (int c = 0; c < kBlock; ++c) gj[c] = ActivationGrad(pre[c], dyb[j * kBlock + c], a.act);
-          for (int64_t k = 0; k < W; ++k)
-            for (int c = 0; c < kBlock; ++c) dwc[k * kBlock + c] += gj[c] * xb[(j + k) * kBlock + c];
-          for (int c = 0; c < kBlock; ++c) db[c] += gj[c];
+          Gather(init, sl, s.history_row, d0, nc, from_x, H - from_x, xb.data(), tl);
+        Gather(x, xl, b, d0, nc, c0, n, xb.data(), tl, H);
+        Gather(dy, xl, b, d0, nc, c0, n, dyb.data(), tc);
+        // g = dy * act'(pre); dweight[k] += sum_j g[j] x[j+k]; dbias += sum_j g[j]
+        if (a.act == Activation::kSilu) {
+          Taps(bw, W, xb.data(), tl, n, pre.data(), tc);
+          Tile<TI>::Each(n, nc, [&](int64_t j, int c) {
+            gb[tl.At(j, c)] = ActivationGrad(pre[tc.At(j, c)], dyb[tc.At(j, c)], a.act);
+          });
+        } else {
+          Tile<TI>::Each(n, nc, [&](int64_t j, int c) { gb[tl.At(j, c)] = dyb[tc.At(j, c)]; });
         }
-        for (int64_t i = 0; i < W * kBlock; ++i) dw[i] += dwc[i];
+        for (int c = 0; c < nc; ++c) {
+          Acc sum = 0;
+          for (int64_t j = 0; j < n; ++j) sum += gb[tl.At(j, c)];
+          db[c] += sum;
+        }
+        for (int64_t k = 0; k < W; ++k)
+          for (int c = 0; c < nc; ++c) {
+            Acc sum = 0;
+            for (int64_t j = 0; j < n; ++j) sum += gb[tl.At(j, c)] * xb[tl.At(j + k, c)];
+            dw[k * kBlock + c] += sum;
+          }
         // dx[t] = sum_k w[k] * g[t + H - k] (+ the final-state cotangent on the tail).
-        for (int64_t j = 0; j < n; ++j) {
-          Acc acc[kBlock] = {};
-          for (int64_t k = 0; k < W; ++k)
-            for (int c = 0; c < kBlock; ++c)
-              acc[c] += bw.w[k * kBlock + c] * gb[(j + H - k) * kBlock + c];
-          const int64_t f = c0 + j - fin_start;
-          if (frow >= 0 && f >= 0)
-            for (int c = 0; c < kBlock; ++c) acc[c] += fb[f * kBlock + c];
-          for (int c = 0; c < kBlock; ++c) dxb[j * kBlock + c] = acc[c];
+        Taps(bwt, W, gb.data(), tl, n, dxb.data(), tc);
+        if (frow >= 0) {
+          const int64_t f0 = std::max<int64_t>(0, fin_start - c0);  // first chunk step on the tail
+          Tile<TI>::Each(std::max<int64_t>(0, n - f0), nc, [&](int64_t j, int c) {
+            dxb[tc.At(f0 + j, c)] += fb[th.At(c0 + f0 + j - fin_start, c)];
+          });
         }
-        Scatter(dxb.data(), xl, b, d0, nc, c0, n, dx);
+        Scatter(dxb.data(), tc, 0, xl, b, d0, nc, c0, n, dx);
       }
       if (s.history_row >= 0 && dinit) {
-        // gb[0 .. H) now holds g at the segment's first H steps (zeros past its end).
-        std::vector<Acc> dh(H * kBlock, Acc(0));
+        // gb steps [0, H) now hold g at the segment's first H steps (zeros past its end).
+        zero(dh, th, 0, H);
         for (int64_t p = 0; p < H; ++p) {
           for (int64_t k = 0; k <= p; ++k)
             for (int c = 0; c < kBlock; ++c)
-              dh[p * kBlock + c] += bw.w[k * kBlock + c] * gb[(p - k) * kBlock + c];
-          const int64_t f = p - (s.end - s.start);  // final state index of history slot p
+              dh[th.At(p, c)] += bw.w[k * kBlock + c] * gb[tl.At(p - k, c)];
+          const int64_t f = p - (s.end - s.start);  // final-state index of history slot p
           if (frow >= 0 && f >= 0)
-            for (int c = 0; c < kBlock; ++c) dh[p * kBlock + c] += fb[f * kBlock + c];
+            for (int c = 0; c < kBlock; ++c) dh[th.At(p, c)] += fb[th.At(f, c)];
         }
-        Scatter(dh.data(), sl, s.history_row, d0, nc, 0, H, dinit);
+        Scatter(dh.data(), th, 0, sl, s.history_row, d0, nc, 0, H, dinit);
       }
     }
   }
@@ -251,7 +304,8 @@ void ForwardT(const ConvArgs& a) {
   const int64_t nblk = (a.dim + kBlock - 1) / kBlock;
   ParallelFor(a.batch * nblk, a.len * kBlock * a.width, [&](int64_t i) {
     std::vector<Segment> segs;
-    ForwardBlock<T, Acc>(a, i / nblk, (i % nblk) * kBlock, segs);
+    if (a.channels_last) ForwardBlock<false, T, Acc>(a, i / nblk, (i % nblk) * kBlock, segs);
+    else ForwardBlock<true, T, Acc>(a, i / nblk, (i % nblk) * kBlock, segs);
   });
 }
 
@@ -260,7 +314,8 @@ void BackwardT(const ConvArgs& a) {
   const int64_t nblk = (a.dim + kBlock - 1) / kBlock;
   ParallelFor(a.groups * nblk, a.batch_per_group() * a.len * kBlock * a.width, [&](int64_t i) {
     std::vector<Segment> segs;
-    BackwardBlock<T, Acc>(a, i / nblk, (i % nblk) * kBlock, segs);
+    if (a.channels_last) BackwardBlock<false, T, Acc>(a, i / nblk, (i % nblk) * kBlock, segs);
+    else BackwardBlock<true, T, Acc>(a, i / nblk, (i % nblk) * kBlock, segs);
   });
 }
 

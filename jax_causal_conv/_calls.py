@@ -49,12 +49,13 @@ def _bcast(a, n, batched):
     return a if a is None or batched else jnp.broadcast_to(a, (n,) + a.shape)
 
 
+# (explicit sizes, not -1: arrays may have zero-size axes, e.g. W-1 = 0)
 def _fold(a):
-    return None if a is None else a.reshape((-1,) + a.shape[2:])
+    return None if a is None else a.reshape((a.shape[0] * a.shape[1],) + a.shape[2:])
 
 
 def _unfold(a, n):
-    return None if a is None else a.reshape((n, -1) + a.shape[1:])
+    return None if a is None else a.reshape((n, a.shape[0] // n) + a.shape[1:])
 
 
 def _fold_all(n, args, batched):
@@ -103,7 +104,7 @@ def _ffi_forward(cfg, x, w, b, res, seq_idx, cu, init):
 
 
 def _split_groups(a, G):
-    return None if a is None else a.reshape((G, -1) + a.shape[1:])
+    return None if a is None else a.reshape((G, a.shape[0] // G) + a.shape[1:])
 
 
 def _xla_forward(cfg, x, w, b, res, seq_idx, cu, init):
@@ -119,7 +120,7 @@ def _xla_forward(cfg, x, w, b, res, seq_idx, cu, init):
         per_group = jax.vmap(row, in_axes=(0, None, None, 0, 0))
         y, fin = jax.vmap(per_group)(_split_groups(x, G), w, b, _split_groups(cu, G),
                                      _split_groups(init_rows, G))
-        fin = fin.reshape((-1,) + fin.shape[3:])
+        fin = fin.reshape((fin.shape[0] * fin.shape[1] * fin.shape[2],) + fin.shape[3:])
     else:
         def group(xg, wg, bg, rg, sg, ig):
             return reference.causal_conv1d(
@@ -127,7 +128,7 @@ def _xla_forward(cfg, x, w, b, res, seq_idx, cu, init):
                 initial_states=ig, return_final_states=True, channels_last=cfg.channels_last)
         y, fin = jax.vmap(group)(*[_split_groups(a, G) for a in (x,)], w, b,
                                  *[_split_groups(a, G) for a in (res, seq_idx, init)])
-        fin = fin.reshape((-1,) + fin.shape[2:])
+        fin = _fold(fin)
     return y.reshape(x.shape), (fin if cfg.want_final else None)
 
 
@@ -147,7 +148,7 @@ def _forward_fn(cfg):
             w, b = _fold_all(n, (w, b), (wb, bb))
         x, res, seq_idx, cu, init = _fold_all(n, (x, res, seq_idx, cu, init), (xb, rb, sb, cb, ib))
         y, fin = f(x, w, b, res, seq_idx, cu, init)
-        return (_unfold(y, n), _unfold(fin, n)), (True, fin is not None)
+        return (_unfold(y, n), _unfold(fin, n)), (True, None if fin is None else True)
 
     return f
 
@@ -195,7 +196,7 @@ def _backward_fn(cfg):
         # mapped axis (weights are small; JAX sums unmapped ones afterwards).
         args = _fold_all(n, (x, w, b, seq_idx, cu, init, dy, dfin), in_batched)
         outs = f(*args)
-        return tuple(_unfold(o, n) for o in outs), tuple(o is not None for o in outs)
+        return tuple(_unfold(o, n) for o in outs), tuple(None if o is None else True for o in outs)
 
     return f
 

@@ -1,0 +1,37 @@
+"""Shared test helpers: random inputs and per-dtype tolerances."""
+
+import jax.numpy as jnp
+import numpy as np
+
+DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16,
+          "float64": jnp.float64}
+
+# (rtol, atol) for results rounded once to the dtype from a float32 accumulator.
+TOL = {jnp.float64: (1e-10, 1e-10), jnp.float32: (2e-5, 2e-5), jnp.float16: (4e-3, 4e-3),
+       jnp.bfloat16: (2e-2, 2e-2)}
+
+
+def tol(dtype):
+    return TOL[jnp.dtype(dtype).type] if jnp.dtype(dtype).type in TOL else TOL[dtype]
+
+
+def rand(rng, shape, dtype=jnp.float32, scale=1.0):
+    return jnp.asarray(rng.standard_normal(shape) * scale, dtype)
+
+
+def seq_idx(rng, B, L, n_max=4):
+    return jnp.asarray(np.sort(rng.integers(0, n_max, (B, L)), axis=1), jnp.int32)
+
+
+def close(a, b, dtype, scale=1.0):
+    rtol, atol = tol(dtype)
+    np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                               rtol=rtol, atol=atol * scale)
+
+
+def to_np(a):
+    return None if a is None else np.asarray(a, np.float64)
+
+
+def custom_calls(hlo_text, name="jax_causal_conv"):
+    return hlo_text.count(f"custom_call @{name}") + hlo_text.count(f'custom_call_target="{name}')
