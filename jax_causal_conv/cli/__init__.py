@@ -1,0 +1,1 @@
+"""Subcommands of ``jax-causal-conv`` / ``python -m jax_causal_conv``: demo, info, bench."""
