@@ -230,9 +230,10 @@ def _xla_update(cfg, x, state, w, b, cache, idx):
     # and slots (the rule below lays them out contiguously).
     N = state.shape[0] // G
     local = None if idx is None else jnp.where(idx >= 0, idx % max(N, 1), -1)
+    xg, sg, cg, ig = (_split_groups(a, G) for a in (x, state, cache, local))
     ys, states = jax.vmap(lambda xg, sg, wg, bg, cg, ig: reference.causal_conv1d_update(
         xg, sg, wg, bg, activation=cfg.activation, cache_seqlens=cg, conv_state_indices=ig))(
-        *(_split_groups(a, G) for a in (x, state, w, b, cache, local)))
+        xg, sg, w, b, cg, ig)
     return ys.reshape(x.shape), states.reshape(state.shape)
 
 

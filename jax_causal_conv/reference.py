@@ -82,7 +82,7 @@ def _varlen_taps(x, cu_seqlens, initial_states, W):
         src = t - (W - 1) + k
         inside = src >= start
         v = jnp.where(inside[:, None], x[jnp.clip(src, 0, max(T - 1, 0))], 0)
-        if initial_states is not None:
+        if initial_states is not None and W > 1:
             j = jnp.clip(W - 1 + src - start, 0, W - 2)  # history slot
             h = initial_states[seq, :, j]                  # (T, D)
             v = jnp.where(inside[:, None], v, h)
@@ -99,10 +99,10 @@ def varlen_final_states(x, cu_seqlens, initial_states, state_len):
     inside = pos >= lo[:, None]
     v = x[jnp.clip(pos, 0, max(T - 1, 0))] if T > 0 else jnp.zeros((N, state_len, D), x.dtype)
     v = jnp.where(inside[..., None], v, 0)                          # (N, S, D)
-    if initial_states is not None:
+    if initial_states is not None and initial_states.shape[-1] > 0:
         Wm1 = initial_states.shape[-1]
-        j = jnp.clip(Wm1 + pos - lo[:, None], 0, max(Wm1 - 1, 0))
-        h = jnp.take_along_axis(initial_states, j[:, None, :], axis=2) if Wm1 > 0 else 0
+        j = jnp.clip(Wm1 + pos - lo[:, None], 0, Wm1 - 1)
+        h = jnp.take_along_axis(initial_states, j[:, None, :], axis=2)
         v = jnp.where(inside[..., None], v, jnp.swapaxes(h, 1, 2))
     return jnp.swapaxes(v, 1, 2).astype(x.dtype)                    # (N, D, S)
 
