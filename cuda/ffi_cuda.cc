@@ -1,0 +1,82 @@
+// XLA FFI handlers for platform "CUDA": the shared bindings of ffi_args.h,
+// validated on the host, then the launchers of launchers.h on XLA's stream.
+#include "ffi_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "ffi_args.h"
+#include "launchers.h"
+
+namespace jcc {
+namespace {
+
+ffi::Error CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return ffi::Error::Success();
+  return ffi::Error::Internal(std::string("jax_causal_conv: ") + what + ": " +
+                              cudaGetErrorString(err));
+}
+
+ffi::Error GpuDType(DType t) {
+  if (t == DType::kF64) return Invalid("float64 is CPU-only: use float32, float16 or bfloat16 on GPU");
+  return ffi::Error::Success();
+}
+
+ffi::Error CudaForward(cudaStream_t stream, JCC_FORWARD_PARAMS) {
+  ConvArgs a;
+  JCC_RETURN_IF_ERROR(MakeForwardArgs(&a, JCC_FORWARD_NAMES));
+  JCC_RETURN_IF_ERROR(GpuDType(a.x_dtype));
+  return CudaStatus(cuda::Forward(a, stream), "forward kernel launch");
+}
+
+ffi::Error CudaBackward(cudaStream_t stream, ffi::ScratchAllocator scratch, JCC_BACKWARD_PARAMS) {
+  ConvArgs a;
+  JCC_RETURN_IF_ERROR(MakeBackwardArgs(&a, JCC_BACKWARD_NAMES));
+  JCC_RETURN_IF_ERROR(GpuDType(a.x_dtype));
+  auto ws = scratch.Allocate(cuda::BackwardWorkspaceBytes(a), 256);
+  if (!ws.has_value())
+    return ffi::Error::Internal("jax_causal_conv: could not allocate the backward workspace");
+  return CudaStatus(cuda::Backward(a, *ws, stream), "backward kernel launch");
+}
+
+ffi::Error CudaUpdate(cudaStream_t stream, JCC_UPDATE_PARAMS) {
+  UpdateArgs u;
+  JCC_RETURN_IF_ERROR(MakeUpdateArgs(&u, JCC_UPDATE_NAMES));
+  JCC_RETURN_IF_ERROR(GpuDType(u.x_dtype));
+  if (conv_state.untyped_data() != new_state->untyped_data() && conv_state.size_bytes() > 0) {
+    JCC_RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(new_state->untyped_data(), conv_state.untyped_data(),
+                        conv_state.size_bytes(), cudaMemcpyDeviceToDevice, stream),
+        "state copy"));
+  }
+  return CudaStatus(cuda::Update(u, stream), "update kernel launch");
+}
+
+ffi::Error CudaVarlenStates(cudaStream_t stream, JCC_VARLEN_STATES_PARAMS) {
+  VarlenStatesArgs v;
+  JCC_RETURN_IF_ERROR(MakeVarlenStatesArgs(&v, JCC_VARLEN_STATES_NAMES));
+  JCC_RETURN_IF_ERROR(GpuDType(v.x_dtype));
+  return CudaStatus(cuda::VarlenStates(v, stream), "varlen_states kernel launch");
+}
+
+}  // namespace
+
+// Forward, update and varlen_states only launch kernels (and a device copy)
+// on the given stream: safe to capture into CUDA graphs. Backward allocates
+// its workspace from XLA at run time, so it is left out of command buffers.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaForwardHandler, CudaForward,
+                              JCC_FORWARD_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaBackwardHandler, CudaBackward,
+                              JCC_BACKWARD_BINDING(ffi::Ffi::Bind()
+                                                       .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                                       .Ctx<ffi::ScratchAllocator>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaUpdateHandler, CudaUpdate,
+                              JCC_UPDATE_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaVarlenStatesHandler, CudaVarlenStates,
+                              JCC_VARLEN_STATES_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace jcc

@@ -1,0 +1,11 @@
+// The CUDA handlers, as XLA FFI symbols for the nanobind module to export.
+#pragma once
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jcc {
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaForwardHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaBackwardHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaUpdateHandler);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaVarlenStatesHandler);
+}  // namespace jcc

@@ -1,0 +1,350 @@
+// Forward kernels: y = act(bias + sum_k w[k] x[t - H + k]) + residual, and
+// the final states.
+//
+// FwdTileKernel: one (batch, channel) row per block, kTile steps at a time
+//   staged in shared memory with the H-step halo; each thread computes kRun
+//   consecutive outputs from 16-byte loads. Any layout and any width (the
+//   width is a template for W <= 4 and a run-time loop beyond).
+// FwdClKernel: channels-last, W <= 4. Each thread owns kV channels (16 bytes)
+//   and walks a slice of time with the last H inputs in registers, so every
+//   load and store is a coalesced row of channels.
+#include <algorithm>
+#include <climits>
+
+#include "common.cuh"
+#include "launchers.h"
+
+namespace jcc::cuda {
+namespace {
+
+constexpr int kClSteps = 64;  // time steps per thread in the channels-last kernel
+
+// Shared-memory offset of the body of a tile: the halo sits just before it,
+// and the body starts 16-byte aligned.
+__host__ __device__ inline int BodyOffset(int H) { return (H + 3) & ~3; }
+
+template <typename T, int kW>
+__global__ void __launch_bounds__(kThreads, 6)
+    FwdTileKernel(const ConvArgs a, int64_t ntile, int64_t tiles_per_block, int64_t nblocks,
+                  bool vec) {
+  extern __shared__ float smem[];
+  const int W = kW > 0 ? kW : int(a.width);
+  const int H = W - 1;
+  const int P = BodyOffset(H);
+  float* xs = smem;               // [P + kTile]: steps t0 - P .. t0 + kTile
+  float* wsm = smem + P + kTile;  // run-time width: the weights
+  const T* x = static_cast<const T*>(a.x);
+  const T* res = static_cast<const T*>(a.residual);
+  T* y = static_cast<T*>(a.y);
+  const Layout3 xl = a.x_layout();
+  const bool silu = a.act == Activation::kSilu;
+  const bool masked = a.mode != SegmentMode::kRow;
+  const int64_t nchunk = CeilDiv(ntile, tiles_per_block);
+
+  for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
+    const int64_t chunk = blk % nchunk, row = blk / nchunk;
+    const int64_t b = row / a.dim, d = row % a.dim;
+    const int64_t wrow = (b / a.batch_per_group()) * a.dim + d;
+    const T* xr = x + xl.At(b, d, 0);
+    const T* rr = res ? res + xl.At(b, d, 0) : nullptr;
+    T* yr = y + xl.At(b, d, 0);
+
+    float w[kW > 0 ? kW : 1];
+    if constexpr (kW > 0) {
+#pragma unroll
+      for (int k = 0; k < kW; ++k) w[k] = LoadAnyF(a.weight, a.w_dtype, wrow * W + k);
+    } else {
+      for (int k = threadIdx.x; k < W; k += kThreads) wsm[k] = LoadAnyF(a.weight, a.w_dtype, wrow * W + k);
+    }
+    const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
+
+    const int64_t tile_end = Min64(ntile, (chunk + 1) * tiles_per_block);
+    for (int64_t tile = chunk * tiles_per_block; tile < tile_end; ++tile) {
+      const int64_t t0 = tile * kTile;
+      const int64_t r0 = t0 + threadIdx.x * kRun;
+      float v[kRun];
+      LoadRun<T>(xr, xl.s_time, r0, a.len, vec, v);
+      float4* dst = reinterpret_cast<float4*>(xs + P + threadIdx.x * kRun);
+      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+      for (int i = threadIdx.x; i < H; i += kThreads) {
+        const int64_t t = t0 - H + i;
+        float hv = 0.f;
+        if (t >= 0) hv = ToF(xr[t * xl.s_time]);
+        else if (!masked && a.initial_states) hv = LoadState<T>(a, a.initial_states, b, d, H + t);
+        xs[P - H + i] = hv;
+      }
+      float r[kRun];
+      if (rr) LoadRun<T>(rr, xl.s_time, r0, a.len, vec, r);
+      __syncthreads();
+
+      // win[j + k] is the input at step r0 + j - H + k.
+      const float* win = xs + P - H + threadIdx.x * kRun;
+      float out[kRun];
+      if constexpr (kW > 0) {
+        float xw[kRun + kW - 1];
+#pragma unroll
+        for (int i = 0; i < kRun + kW - 1; ++i) xw[i] = win[i];
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) {
+          float acc = bias;
+#pragma unroll
+          for (int k = 0; k < kW; ++k) acc += w[k] * xw[j + k];
+          out[j] = acc;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) {
+          float acc = bias;
+          for (int k = 0; k < W; ++k) acc += wsm[k] * win[j + k];
+          out[j] = acc;
+        }
+      }
+      if (masked) {
+        // Steps near a sequence start: the window's older taps come from the
+        // sequence's initial states, or are zero.
+        SegCursor cur;
+        cur.Init(a, b, r0, H);
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) {
+          const int64_t t = r0 + j;
+          if (j) cur.Next(a, b, t);
+          const int m = cur.M(t, H);
+          if (m < H && t < a.len) {
+            float acc = bias;
+            if constexpr (kW > 0) {
+#pragma unroll
+              for (int k = 0; k < kW; ++k) {
+                float xv = win[j + k];
+                if (k < H - m)
+                  xv = cur.hrow >= 0 ? LoadState<T>(a, a.initial_states, cur.hrow, d, k + m) : 0.f;
+                acc += w[k] * xv;
+              }
+            } else {
+              for (int k = 0; k < W; ++k) {
+                float xv = win[j + k];
+                if (k < H - m)
+                  xv = cur.hrow >= 0 ? LoadState<T>(a, a.initial_states, cur.hrow, d, k + m) : 0.f;
+                acc += wsm[k] * xv;
+              }
+            }
+            out[j] = acc;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kRun; ++j) {
+        out[j] = Activate(out[j], silu);
+        if (rr) out[j] += r[j];
+      }
+      StoreRun<T>(yr, xl.s_time, r0, a.len, vec, out);
+      __syncthreads();  // xs is refilled by the next tile
+    }
+  }
+}
+
+template <typename T, int kW, int kV>
+__global__ void __launch_bounds__(kClX * kClY, 3)
+    FwdClKernel(const ConvArgs a, int64_t nchunk, bool vec) {
+  constexpr int H = kW - 1;
+  const int64_t b = blockIdx.x / nchunk, chunk = blockIdx.x % nchunk;
+  const int64_t c0 = (int64_t(blockIdx.y) * kClX + threadIdx.x) * kV;
+  if (c0 >= a.dim) return;
+  const int64_t D = a.dim, L = a.len;
+  const int64_t ts = (chunk * kClY + threadIdx.y) * kClSteps;
+  const int64_t te = Min64(L, ts + kClSteps);
+  if (ts >= te) return;
+  const bool silu = a.act == Activation::kSilu;
+  const bool masked = a.mode != SegmentMode::kRow;
+  const int64_t wbase = (b / a.batch_per_group()) * D;
+
+  float w[kW][kV], bias[kV];
+#pragma unroll
+  for (int c = 0; c < kV; ++c) {
+    const bool ok = c0 + c < D;
+#pragma unroll
+    for (int k = 0; k < kW; ++k)
+      w[k][c] = ok ? LoadAnyF(a.weight, a.w_dtype, (wbase + c0 + c) * kW + k) : 0.f;
+    bias[c] = ok && a.bias ? LoadAnyF(a.bias, a.b_dtype, wbase + c0 + c) : 0.f;
+  }
+  const T* xb = static_cast<const T*>(a.x) + b * L * D;
+  const T* rb = a.residual ? static_cast<const T*>(a.residual) + b * L * D : nullptr;
+  T* yb = static_cast<T*>(a.y) + b * L * D;
+
+  // win[i] holds the input at step t - H + i.
+  float win[H][kV];
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const int64_t t = ts - H + i;
+    if (t >= 0) {
+      LoadCh<T, kV>(xb, D, c0, t, vec, win[i]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < kV; ++c)
+        win[i][c] = !masked && a.initial_states && c0 + c < D
+                        ? LoadState<T>(a, a.initial_states, b, c0 + c, H + t) : 0.f;
+    }
+  }
+  SegCursor cur;
+  if (masked) cur.Init(a, b, ts, H);
+
+  constexpr int U = kV >= 8 ? 2 : 4;  // steps whose loads are issued together
+  for (int64_t t = ts; t < te; t += U) {
+    float xv[U][kV], rv[U][kV];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (t + u < te) LoadCh<T, kV>(xb, D, c0, t + u, vec, xv[u]);
+    if (rb) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (t + u < te) LoadCh<T, kV>(rb, D, c0, t + u, vec, rv[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t tt = t + u;
+      if (tt >= te) break;
+      float out[kV];
+#pragma unroll
+      for (int c = 0; c < kV; ++c) {
+        float acc = bias[c];
+#pragma unroll
+        for (int k = 0; k < H; ++k) acc += w[k][c] * win[k][c];
+        out[c] = acc + w[H][c] * xv[u][c];
+      }
+      if (masked) {
+        if (tt != ts) cur.Next(a, b, tt);
+        const int m = cur.M(tt, H);
+        if (m < H) {
+#pragma unroll
+          for (int c = 0; c < kV; ++c) {
+            float acc = bias[c];
+#pragma unroll
+            for (int k = 0; k < H; ++k) {
+              float xk = win[k][c];
+              if (k < H - m)
+                xk = cur.hrow >= 0 && c0 + c < D
+                         ? LoadState<T>(a, a.initial_states, cur.hrow, c0 + c, k + m) : 0.f;
+              acc += w[k][c] * xk;
+            }
+            out[c] = acc + w[H][c] * xv[u][c];
+          }
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kV; ++c) {
+        out[c] = Activate(out[c], silu);
+        if (rb) out[c] += rv[u][c];
+      }
+      StoreCh<T, kV>(yb, D, c0, tt, vec, out);
+#pragma unroll
+      for (int k = 0; k + 1 < H; ++k)
+#pragma unroll
+        for (int c = 0; c < kV; ++c) win[k][c] = win[k + 1][c];
+#pragma unroll
+      for (int c = 0; c < kV; ++c) win[H - 1][c] = xv[u][c];
+    }
+  }
+}
+
+// final_states[r, d, j]: the last H inputs of sequence r's extended input.
+template <typename T>
+__global__ void FinalStatesKernel(const ConvArgs a) {
+  const int64_t H = a.width - 1, D = a.dim;
+  const int64_t total = a.num_states * D * H;
+  const T* x = static_cast<const T*>(a.x);
+  T* fin = static_cast<T*>(a.final_states);
+  const Layout3 xl = a.x_layout();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = i % H, d = (i / H) % D, r = i / (H * D);
+    int64_t b = r, lo = 0, hi = a.len, hrow = -1;
+    if (a.mode == SegmentMode::kRow) {
+      hrow = a.initial_states ? r : -1;
+    } else if (a.mode == SegmentMode::kVarlen) {
+      const int64_t N = a.num_seqs, n = r % N;
+      b = r / N;
+      const int32_t* cu = a.cu_seqlens + b * (N + 1);
+      lo = n == 0 ? 0 : VarlenBound(a, cu, n - 1);
+      hi = Max64(VarlenBound(a, cu, n), lo);
+      hrow = a.initial_states ? r : -1;
+    }
+    const int64_t pos = hi - H + j;
+    float v = 0.f;
+    if (pos >= lo) v = ToF(x[xl.At(b, d, pos)]);
+    else if (hrow >= 0) v = LoadState<T>(a, a.initial_states, hrow, d, H + pos - lo);
+    fin[a.state_layout().At(r, d, j)] = FromF<T>(v);
+  }
+}
+
+template <typename T, int kW>
+cudaError_t LaunchTile(const ConvArgs& a, cudaStream_t stream) {
+  const int W = int(a.width), H = W - 1;
+  const int64_t ntile = CeilDiv(a.len, kTile);
+  const int64_t rows = a.batch * a.dim;
+  // About 32k blocks: enough to fill the chip, few enough to amortise setup.
+  const int64_t tpb = std::clamp<int64_t>(rows * ntile / 32768, 1, ntile);
+  const int64_t nblocks = rows * CeilDiv(ntile, tpb);
+  const bool vec = !a.channels_last && a.len % kRun == 0 && Aligned(a.x, 16) && Aligned(a.y, 16) &&
+                   (!a.residual || Aligned(a.residual, 16));
+  const size_t smem = sizeof(float) * (BodyOffset(H) + kTile + (kW > 0 ? 0 : W));
+  const unsigned grid = unsigned(std::min<int64_t>(nblocks, INT_MAX));
+  FwdTileKernel<T, kW><<<grid, kThreads, smem, stream>>>(a, ntile, tpb, nblocks, vec);
+  return cudaGetLastError();
+}
+
+template <typename T, int kW>
+cudaError_t LaunchCl(const ConvArgs& a, cudaStream_t stream) {
+  constexpr int kV = 16 / sizeof(T) > 8 ? 8 : 16 / sizeof(T);
+  const int64_t nchunk = CeilDiv(a.len, int64_t(kClSteps) * kClY);
+  const int64_t gy = CeilDiv(a.dim, int64_t(kClX) * kV);
+  if (a.batch * nchunk > INT_MAX || gy > 65535) return LaunchTile<T, kW>(a, stream);
+  const int bytes = kV * int(sizeof(T));
+  const bool vec = a.dim % kV == 0 && Aligned(a.x, bytes) && Aligned(a.y, bytes) &&
+                   (!a.residual || Aligned(a.residual, bytes));
+  FwdClKernel<T, kW, kV><<<dim3(unsigned(a.batch * nchunk), unsigned(gy)), dim3(kClX, kClY), 0, stream>>>(
+      a, nchunk, vec);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t ForwardT(const ConvArgs& a, cudaStream_t stream) {
+  cudaError_t err = cudaSuccess;
+  if (a.batch > 0 && a.dim > 0 && a.len > 0) {
+    if (a.channels_last) {
+      switch (a.width) {
+        case 2: err = LaunchCl<T, 2>(a, stream); break;
+        case 3: err = LaunchCl<T, 3>(a, stream); break;
+        case 4: err = LaunchCl<T, 4>(a, stream); break;
+        default: err = LaunchTile<T, 0>(a, stream); break;
+      }
+    } else {
+      switch (a.width) {
+        case 2: err = LaunchTile<T, 2>(a, stream); break;
+        case 3: err = LaunchTile<T, 3>(a, stream); break;
+        case 4: err = LaunchTile<T, 4>(a, stream); break;
+        default: err = LaunchTile<T, 0>(a, stream); break;
+      }
+    }
+    if (err != cudaSuccess) return err;
+  }
+  const int64_t nfin = a.num_states * a.dim * (a.width - 1);
+  if (a.final_states && nfin > 0) {
+    const int64_t blocks = std::min<int64_t>(CeilDiv(nfin, 256), 65536);
+    FinalStatesKernel<T><<<unsigned(blocks), 256, 0, stream>>>(a);
+    err = cudaGetLastError();
+  }
+  return err;
+}
+
+}  // namespace
+
+cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
+  switch (a.x_dtype) {
+    case DType::kF32: return ForwardT<float>(a, stream);
+    case DType::kF16: return ForwardT<__half>(a, stream);
+    case DType::kBF16: return ForwardT<__nv_bfloat16>(a, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace jcc::cuda

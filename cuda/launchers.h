@@ -1,0 +1,31 @@
+// CUDA launchers for the causal conv1d kernels. Plain C++ over the
+// descriptions of problem.h, independent of XLA: the FFI handlers
+// (ffi_cuda.cc) and the DLPack/torch entry points both call these. Every
+// launcher runs on `stream`, allocates nothing and returns the launch status.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "problem.h"
+
+namespace jcc::cuda {
+
+// y (and final_states) from x. float32/float16/bfloat16 x only.
+cudaError_t Forward(const ConvArgs& a, cudaStream_t stream);
+
+// dx, dweight, dbias, dinitial_states. dweight/dbias are reduced in a fixed
+// order through `workspace` (BackwardWorkspaceBytes(a) bytes of device memory,
+// 16-byte aligned, contents ignored), so results are bitwise reproducible.
+size_t BackwardWorkspaceBytes(const ConvArgs& a);
+cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream);
+
+// Decode step, in place on u.conv_state (the caller copies the old state
+// there first when the buffers differ).
+cudaError_t Update(const UpdateArgs& u, cudaStream_t stream);
+
+// Last state_len inputs of each packed sequence.
+cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream);
+
+}  // namespace jcc::cuda

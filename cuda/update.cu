@@ -1,0 +1,138 @@
+// Decode: the causal conv of S new tokens against a rolling or circular state,
+// and the extraction of per-sequence states from a packed prefill.
+#include <algorithm>
+
+#include "common.cuh"
+#include "launchers.h"
+
+namespace jcc::cuda {
+namespace {
+
+// Thread per (b, d): y[b, d, :] and the state row of its slot.
+template <typename T>
+__global__ void UpdateKernel(const UpdateArgs u) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= u.batch * u.dim) return;
+  const int64_t b = i / u.dim, d = i % u.dim;
+  const int64_t W = u.width, H = W - 1, S = u.seqlen, SL = u.state_len;
+  const T* xr = static_cast<const T*>(u.x) + i * S;
+  T* yr = static_cast<T*>(u.y) + i * S;
+  const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
+  if (slot < 0 || slot >= u.num_slots) {  // padding row (or a bad index): zeros, state untouched
+    for (int64_t s = 0; s < S; ++s) yr[s] = FromF<T>(0.f);
+    return;
+  }
+  T* st = static_cast<T*>(u.conv_state) + (slot * u.dim + d) * SL;
+  const int64_t wrow = (b / (u.batch / u.groups)) * u.dim + d;
+  const bool silu = u.act == Activation::kSilu;
+  const float bias = u.bias ? LoadAnyF(u.bias, u.b_dtype, wrow) : 0.f;
+  // Circular buffer: the oldest of the H entries we need sits at `head`.
+  const int64_t c = u.cache_seqlens ? int64_t(u.cache_seqlens[b]) : 0;
+  int64_t head = SL - H;
+  if (u.cache_seqlens && SL > 0) head = ((c - H) % SL + SL) % SL;
+
+  if (W <= 4 && S == 1) {  // the decode hot path: everything in registers
+    float w[4] = {0.f, 0.f, 0.f, 0.f}, xp[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (k < W) w[k] = LoadAnyF(u.weight, u.w_dtype, wrow * W + k);
+#pragma unroll
+    for (int j = 0; j < 3; ++j)
+      if (j < H) {
+        int64_t q = head + j;
+        if (q >= SL) q -= SL;
+        xp[j] = ToF(st[q]);
+      }
+    const T xin = xr[0];
+    xp[H] = ToF(xin);
+    float acc = bias;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      if (k < W) acc += w[k] * xp[k];
+    yr[0] = FromF<T>(Activate(acc, silu));
+    if (SL == 0) return;
+    if (u.cache_seqlens) {
+      st[((c % SL) + SL) % SL] = xin;
+    } else {
+      for (int64_t q = 0; q + 1 < SL; ++q) st[q] = st[q + 1];
+      st[SL - 1] = xin;
+    }
+    return;
+  }
+
+  // General: xp = [H most recent state entries, S new inputs], read on the fly.
+  auto xp = [&](int64_t j) -> float {
+    if (j >= H) return ToF(xr[j - H]);
+    int64_t q = head + j;
+    if (u.cache_seqlens) q %= SL;
+    return ToF(st[q]);
+  };
+  for (int64_t s = 0; s < S; ++s) {
+    float acc = bias;
+    for (int64_t k = 0; k < W; ++k) acc += LoadAnyF(u.weight, u.w_dtype, wrow * W + k) * xp(s + k);
+    yr[s] = FromF<T>(Activate(acc, silu));
+  }
+  if (SL == 0) return;
+  if (u.cache_seqlens) {
+    for (int64_t s = Max64(0, S - SL); s < S; ++s) st[(((c + s) % SL) + SL) % SL] = xr[s];
+  } else if (S >= SL) {
+    for (int64_t q = 0; q < SL; ++q) st[q] = xr[S - SL + q];
+  } else {
+    for (int64_t q = 0; q < SL - S; ++q) st[q] = st[q + S];
+    for (int64_t q = 0; q < S; ++q) st[SL - S + q] = xr[q];
+  }
+}
+
+// states[n, d, j] = x[hi - SL + j, d] when inside sequence n, else 0.
+template <typename T>
+__global__ void VarlenStatesKernel(const VarlenStatesArgs v) {
+  const int64_t total = v.num_seqs * v.dim * v.state_len;
+  const T* x = static_cast<const T*>(v.x);
+  T* out = static_cast<T*>(v.states);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t d = i % v.dim, j = (i / v.dim) % v.state_len, n = i / (v.dim * v.state_len);
+    const int64_t lo = Min64(Max64(v.cu_seqlens[n], 0), v.total);
+    const int64_t hi = Min64(Max64(v.cu_seqlens[n + 1], lo), v.total);
+    const int64_t t = hi - v.state_len + j;
+    out[(n * v.dim + d) * v.state_len + j] = t >= lo ? x[t * v.dim + d] : FromF<T>(0.f);
+  }
+}
+
+template <typename T>
+cudaError_t UpdateT(const UpdateArgs& u, cudaStream_t stream) {
+  const int64_t n = u.batch * u.dim;
+  if (n == 0) return cudaSuccess;
+  UpdateKernel<T><<<unsigned(CeilDiv(n, 256)), 256, 0, stream>>>(u);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t VarlenStatesT(const VarlenStatesArgs& v, cudaStream_t stream) {
+  const int64_t n = v.num_seqs * v.dim * v.state_len;
+  if (n == 0) return cudaSuccess;
+  VarlenStatesKernel<T><<<unsigned(std::min<int64_t>(CeilDiv(n, 256), 65536)), 256, 0, stream>>>(v);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t Update(const UpdateArgs& u, cudaStream_t stream) {
+  switch (u.x_dtype) {
+    case DType::kF32: return UpdateT<float>(u, stream);
+    case DType::kF16: return UpdateT<__half>(u, stream);
+    case DType::kBF16: return UpdateT<__nv_bfloat16>(u, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream) {
+  switch (v.x_dtype) {
+    case DType::kF32: return VarlenStatesT<float>(v, stream);
+    case DType::kF16: return VarlenStatesT<__half>(v, stream);
+    case DType::kBF16: return VarlenStatesT<__nv_bfloat16>(v, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace jcc::cuda

@@ -1,0 +1,206 @@
+"""CUDA kernels against the CPU kernels and the jnp reference.
+
+Skipped unless a GPU is visible and the CUDA module was built. Every check
+runs the same jitted function on the GPU and on the CPU (our C++ kernel) and
+compares, per dtype; names containing "small" form the reduced grid that the
+compute-sanitizer runs use.
+"""
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import jax_causal_conv as jcc
+from jax_causal_conv import _ffi
+
+try:
+    GPU = jax.devices("gpu")[0]
+except RuntimeError:
+    GPU = None
+CPU = jax.devices("cpu")[0]
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(GPU is None or _ffi._jcc_cuda is None, reason="needs a CUDA GPU and _jcc_cuda"),
+]
+
+DT = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
+# max |gpu - cpu| / max(1, max |cpu|): both accumulate in float32 and round once.
+REL = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3e-2}
+WIDTHS = [1, 2, 3, 4, 5, 8, 33]
+
+
+def run(dev, f, *args):
+    args = jax.device_put(args, dev)
+    out = jax.jit(f)(*args)
+    return jax.tree.map(lambda a: np.asarray(a.astype(jnp.float32) if a.dtype != jnp.float64 else a,
+                                             np.float64), out)
+
+
+def check(f, args, dtype, what=""):
+    got, want = run(GPU, f, *args), run(CPU, f, *args)
+    for i, (g, w) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(want))):
+        assert g.shape == w.shape, (what, i)
+        assert np.isfinite(g).all() == np.isfinite(w).all(), (what, i)
+        err = np.max(np.abs(g - w), initial=0.0) / max(1.0, np.max(np.abs(w), initial=0.0))
+        assert err <= REL[dtype], f"{what} output {i}: rel err {err:.3g} > {REL[dtype]}"
+    return got
+
+
+def inputs(rng, B, D, L, W, dtype, cl, N=None):
+    dt = DT[dtype]
+    xs = (B, L, D) if cl else (B, D, L)
+    x = jnp.asarray(rng.standard_normal(xs), dt)
+    w = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), dt)
+    b = jnp.asarray(rng.standard_normal((D,)), dt)
+    rows = B if N is None else N
+    st = (rows, W - 1, D) if cl else (rows, D, W - 1)
+    init = jnp.asarray(rng.standard_normal(st), dt)
+    return x, w, b, init
+
+
+def grads(f, argnums):
+    """Gradient of sum(outputs * fixed cotangents), through jax.vjp."""
+    def g(*args):
+        out, vjp = jax.vjp(lambda *a: f(*a), *args)
+        cts = jax.tree.map(lambda o: jnp.cos(jnp.arange(o.size, dtype=jnp.float32).reshape(o.shape)).astype(o.dtype), out)
+        gs = vjp(cts)
+        return out, tuple(gs[i] for i in argnums)
+    return g
+
+
+@pytest.mark.parametrize("dtype", list(DT))
+@pytest.mark.parametrize("W", WIDTHS)
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_forward_backward(dtype, W, cl):
+    rng = np.random.default_rng(W * 7 + cl)
+    for (B, D, L) in [(2, 40, 67), (3, 16, 2)]:
+        x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
+        res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+        for act in (None, "silu"):
+            f = lambda x, w, b, r: jcc.causal_conv1d(x, w, b, activation=act, residual=r,
+                                                     channels_last=cl, backend="ffi")
+            check(grads(f, (0, 1, 2, 3)), (x, w, b, res), dtype, f"plain {act} {B,D,L}")
+            if W > 1:
+                f2 = lambda x, w, b, s: jcc.causal_conv1d(
+                    x, w, b, activation=act, initial_states=s, return_final_states=True,
+                    channels_last=cl, backend="ffi")
+                check(grads(f2, (0, 1, 2, 3)), (x, w, b, init), dtype, f"states {act} {B,D,L}")
+        # no bias
+        f3 = lambda x, w: jcc.causal_conv1d(x, w, channels_last=cl, backend="ffi")
+        check(grads(f3, (0, 1)), (x, w), dtype, "nobias")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [2, 4, 5, 33])
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_seq_idx(dtype, W, cl):
+    rng = np.random.default_rng(W + 100 * cl)
+    B, D, L = 2, 24, 1100
+    x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
+    sidx = jnp.asarray(np.sort(rng.integers(0, 9, (B, L)), axis=1), jnp.int32)
+    f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
+                                          return_final_states=W > 1, channels_last=cl, backend="ffi")
+    check(grads(f, (0, 1, 2)), (x, w, b), dtype, "seq_idx")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [1, 3, 4, 8])
+def test_small_varlen(dtype, W):
+    rng = np.random.default_rng(W)
+    D = 20
+    lens = [5, 0, 1, 300, 2, 1200, 3]
+    cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
+    T = int(cu[-1])
+    x = jnp.asarray(rng.standard_normal((T, D)), DT[dtype])
+    w = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), DT[dtype])
+    b = jnp.asarray(rng.standard_normal((D,)), DT[dtype])
+    init = jnp.asarray(rng.standard_normal((len(lens), D, W - 1)), DT[dtype])
+    f = lambda x, w, b, s: jcc.causal_conv1d_varlen(
+        x, w, b, cu_seqlens=cu, activation="silu", initial_states=s if W > 1 else None,
+        return_final_states=W > 1, backend="ffi")
+    check(grads(f, (0, 1, 2, 3) if W > 1 else (0, 1, 2)), (x, w, b, init), dtype, "varlen")
+    fs = lambda x: jcc.causal_conv1d_varlen_states(x, cu, 5, backend="ffi")
+    check(fs, (x,), dtype, "varlen_states")
+
+
+@pytest.mark.parametrize("dtype", list(DT))
+@pytest.mark.parametrize("W", [1, 2, 4, 5])
+@pytest.mark.parametrize("S", [1, 3])
+def test_small_update(dtype, W, S):
+    rng = np.random.default_rng(W * 10 + S)
+    B, D, SL, slots = 5, 36, max(W - 1, 0) + 2, 9
+    dt = DT[dtype]
+    x = jnp.asarray(rng.standard_normal((B, D, S)), dt)
+    st = jnp.asarray(rng.standard_normal((slots, D, SL)), dt)
+    w = jnp.asarray(rng.standard_normal((D, W)), jnp.float32)
+    b = jnp.asarray(rng.standard_normal((D,)), jnp.float32)
+    seqlens = jnp.asarray([0, 3, 7, -2, 100], jnp.int32)
+    idx = jnp.asarray([4, -1, 0, 8, 2], jnp.int32)
+    for kw in ({}, {"cache_seqlens": seqlens}, {"conv_state_indices": idx},
+               {"cache_seqlens": seqlens, "conv_state_indices": idx}):
+        f = lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu", backend="ffi", **kw)
+        got = check(f, (x, st), dtype, f"update {sorted(kw)}")
+        ref = run(CPU, lambda x, st: jcc.reference.causal_conv1d_update(x, st, w, b, activation="silu", **kw), x, st)
+        for g, r in zip(got, ref):
+            err = np.max(np.abs(g - r)) / max(1.0, np.max(np.abs(r)))
+            assert err <= REL[dtype], f"update vs reference {sorted(kw)}: {err}"
+
+
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_mixed_weight_dtypes(cl):
+    rng = np.random.default_rng(5)
+    x, _, _, _ = inputs(rng, 2, 32, 96, 4, "bfloat16", cl)
+    w = jnp.asarray(rng.standard_normal((32, 4)), jnp.float64)
+    b = jnp.asarray(rng.standard_normal((32,)), jnp.float16)
+    f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", channels_last=cl, backend="ffi")
+    check(grads(f, (0, 1, 2)), (x, w, b), "bfloat16", "mixed")
+
+
+@pytest.mark.parametrize("cl", [False, True])
+def test_vmap_weight_groups(cl):
+    rng = np.random.default_rng(9)
+    x, w, b, _ = inputs(rng, 6, 64, 512, 4, "float32", cl)
+    ws = jnp.stack([w, 2 * w, -w])
+    xs = x.reshape((3, 2) + x.shape[1:])
+    f = lambda xs, ws: jax.vmap(lambda x, w: jcc.causal_conv1d(x, w, b, channels_last=cl, backend="ffi"))(xs, ws)
+    check(grads(f, (0, 1)), (xs, ws), "float32", "vmap groups")
+
+
+@pytest.mark.parametrize("cl", [False, True])
+@pytest.mark.parametrize("shape", [(4, 512, 4096), (2, 96, 20000)])
+def test_large_vs_cpu_and_deterministic(cl, shape):
+    rng = np.random.default_rng(1)
+    B, D, L = shape
+    x, w, b, _ = inputs(rng, B, D, L, 4, "bfloat16", cl)
+    f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", channels_last=cl, backend="ffi")
+    g = grads(f, (0, 1, 2))
+    check(g, (x, w, b), "bfloat16", "large")
+    args = jax.device_put((x, w, b), GPU)
+    jg = jax.jit(g)
+    r1 = jax.tree.map(np.asarray, jg(*args))
+    r2 = jax.tree.map(np.asarray, jg(*args))
+    for a1, a2 in zip(jax.tree.leaves(r1), jax.tree.leaves(r2)):
+        assert np.array_equal(a1.view(np.uint16), a2.view(np.uint16)), "backward not bitwise reproducible"
+
+
+def test_small_reference_agrees():
+    rng = np.random.default_rng(3)
+    x, w, b, init = inputs(rng, 2, 24, 77, 4, "float32", False)
+    f = lambda x, w, b, s: jcc.causal_conv1d(x, w, b, activation="silu", initial_states=s,
+                                             return_final_states=True, backend="ffi")
+    r = lambda x, w, b, s: jcc.reference.causal_conv1d(x, w, b, activation="silu", initial_states=s,
+                                                       return_final_states=True)
+    got, want = run(GPU, f, x, w, b, init), run(CPU, r, x, w, b, init)
+    for g, w_ in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(g, w_, rtol=1e-4, atol=1e-4)
+
+
+def test_small_empty():
+    x = jnp.zeros((2, 8, 0), jnp.float32)
+    w = jnp.ones((8, 4), jnp.float32)
+    init = jnp.ones((2, 8, 3), jnp.float32)
+    f = lambda x, w, s: jcc.causal_conv1d(x, w, initial_states=s, return_final_states=True, backend="ffi")
+    check(grads(f, (0, 1, 2)), (x, w, init), "float32", "empty")
