@@ -49,7 +49,8 @@ def test_demo_generate_cached_equals_full(trained):
     diff, scale = demo.check_cache(trained, toks, cached)
     assert diff <= 1e-4 * max(1.0, scale), diff
     # the same, computed here: every cached step against one full forward pass
-    full = trained.model.apply({"params": trained.params}, toks[:, :-1])
+    with jax.default_device(trained.device), jax.default_matmul_precision("highest"):
+        full = trained.model.apply({"params": trained.params}, toks[:, :-1])
     np.testing.assert_allclose(cached[:, :-1], full, rtol=1e-4, atol=1e-4)
 
 
