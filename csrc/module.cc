@@ -9,6 +9,8 @@
 
 namespace nb = nanobind;
 
+void RegisterDlpackCpu(nb::module_& m);  // dlpack_entry.cc: the torch (DLPack) entry points
+
 namespace {
 
 template <typename T>
@@ -30,4 +32,5 @@ NB_MODULE(_jcc_cpu, m) {
     return r;
   });
   m.attr("max_width") = jcc::kMaxWidth;
+  RegisterDlpackCpu(m);
 }
