@@ -73,12 +73,38 @@ def test_bench_command(tmp_path, monkeypatch, capsys):
     except ModuleNotFoundError:
         assert main(["bench", "--out", str(tmp_path / "b.md")]) == 2
         assert "jax_causal_conv.bench is not available" in capsys.readouterr().err
+    else:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:  # refused before any benchmark runs
+            assert main(["bench", "--out", str(tmp_path / "b.md"), "--plot",
+                         str(tmp_path / "p.png")]) == 2
+            assert "needs matplotlib" in capsys.readouterr().err
+            assert not (tmp_path / "b.md").exists()
     got = bench_cmd.series([{"impl": "ffi", "L": 1024, "ms": 0.5, "B": 2},
                             {"impl": "ffi", "L": 256, "us": 100.0, "B": 2},
                             {"name": "xla", "seqlen": 256, "s": 0.002}])
     assert got == {"ffi (B=2)": [(256, 0.1), (1024, 0.5)], "xla": [(256, 2.0)]}
     with pytest.raises(ValueError):
         bench_cmd.series([{"impl": "ffi", "ms": 1.0}])
+
+
+def test_bench_sweep_records():
+    recs = bench_cmd.sweep("cpu", lengths=[32, 64], B=1, D=8, reps=1, log=lambda *a: None)
+    assert {(r["impl"], r["L"], r["pass"]) for r in recs} == {
+        (i, L, p) for i in ("ours", "lax.conv_general_dilated", "XLA shifted sum")
+        for L in (32, 64) for p in ("fwd", "fwd+bwd")}
+    assert all(r["ms"] > 0 for r in recs)
+    labels = bench_cmd.series(recs)
+    assert labels["ours (pass=fwd)"][0][0] == 32
+    # the lax baseline computes the same convolution as ours
+    x = jax.random.normal(jax.random.key(0), (2, 16, 8))
+    w = jax.random.normal(jax.random.key(1), (8, 4))
+    b = jax.random.normal(jax.random.key(2), (8,))
+    impls = bench_cmd._impls()
+    for fn in impls.values():
+        np.testing.assert_allclose(fn(x, w, b), jcc.reference.causal_conv1d(
+            x, w, b, channels_last=True), rtol=1e-5, atol=1e-5)
 
 
 def test_main_defaults_to_demo(monkeypatch):

@@ -1,11 +1,10 @@
-"""``jax-causal-conv bench``: run :func:`jax_causal_conv.bench.run_benchmarks` and
-optionally plot time against sequence length.
+"""``jax-causal-conv bench``: run :func:`jax_causal_conv.bench.run_benchmarks`
+(which writes the markdown tables) and, with ``--plot``, sweep the sequence
+length for our kernel and the XLA baselines and plot time against it.
 
-``run_benchmarks(platform, out_md_path)`` writes the markdown table. For
-``--plot`` it should return its measurements as a list of records (dicts), each
-naming the implementation, the sequence length and the time, under any of the
-keys below, e.g. ``{"impl": "ffi", "L": 4096, "ms": 0.12}``. Extra keys (B, D,
-W, dtype, pass...) split the plot into one line per distinct combination.
+Plotting takes records (dicts) naming the implementation, the sequence length and
+the time under any of the keys below, e.g. ``{"impl": "ours", "L": 4096, "ms":
+0.12}``; other keys (pass, dtype...) split the plot into one line per combination.
 """
 
 from __future__ import annotations
@@ -49,6 +48,72 @@ def series(records):
     return {k: sorted(v) for k, v in out.items()}
 
 
+def _impls():
+    from jax import lax
+
+    import jax_causal_conv as jcc
+
+    def lax_conv(x, w, b):  # (B, L, D)
+        W = w.shape[-1]
+        y = lax.conv_general_dilated(x, w.T[:, None, :], (1,), [(W - 1, 0)],
+                                     dimension_numbers=("NWC", "WIO", "NWC"),
+                                     feature_group_count=x.shape[-1])
+        return y + b
+
+    return {
+        "ours": lambda x, w, b: jcc.causal_conv1d(x, w, b, channels_last=True),
+        "lax.conv_general_dilated": lax_conv,
+        "XLA shifted sum": lambda x, w, b: jcc.reference.causal_conv1d(x, w, b,
+                                                                       channels_last=True),
+    }
+
+
+def sweep(platform, lengths=None, B=None, D=None, W=4, dtype=None, reps=None, log=print):
+    """Time forward and forward+backward, channels-last, over sequence lengths:
+    records {"impl", "L", "pass", "ms"} for :func:`plot`."""
+    import statistics
+    import time
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    gpu = platform == "gpu"
+    lengths = lengths or ([512, 1024, 2048, 4096, 8192, 16384] if gpu
+                          else [256, 512, 1024, 2048, 4096])
+    B, D = B or (8 if gpu else 2), D or (4096 if gpu else 512)
+    dtype = dtype or (jnp.bfloat16 if gpu else jnp.float32)
+    reps = reps or (20 if gpu else 5)
+    impls = _impls()
+    rng = np.random.default_rng(0)
+    w = jnp.asarray(rng.standard_normal((D, W)) / 2, dtype)
+    b = jnp.asarray(rng.standard_normal((D,)), dtype)
+
+    def timeit(f, *args):
+        jax.block_until_ready(f(*args))
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*args))
+            ts.append(time.perf_counter() - t0)
+        return statistics.median(ts) * 1e3
+
+    records = []
+    with jax.default_device(jax.devices(platform)[0]):
+        for L in lengths:
+            x = jnp.asarray(rng.standard_normal((B, L, D)), dtype)
+            g = jnp.asarray(rng.standard_normal((B, L, D)), dtype)
+            for name, fn in impls.items():
+                fwd = jax.jit(fn)
+                bwd = jax.jit(jax.grad(lambda x, w, b, fn=fn: jnp.sum(
+                    fn(x, w, b).astype(jnp.float32) * g), argnums=(0, 1, 2)))
+                for pas, f in (("fwd", fwd), ("fwd+bwd", bwd)):
+                    ms = timeit(f, x, w, b)
+                    records.append({"impl": name, "L": L, "pass": pas, "ms": ms})
+                    log(f"  L={L:6d} {name:26s} {pas:8s} {ms:9.4f} ms")
+    return records
+
+
 def plot(records, path, title="causal_conv1d"):
     try:
         import matplotlib
@@ -81,17 +146,30 @@ def run(args) -> int:
         print("jax-causal-conv bench: jax_causal_conv.bench is not available in this "
               f"install ({e}).", file=sys.stderr)
         return 2
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401  (fail before the benchmarks, not after)
+        except ImportError:
+            print("--plot needs matplotlib: pip install 'jax-causal-conv[bench]'",
+                  file=sys.stderr)
+            return 2
     import os
     out_dir = os.path.dirname(args.out)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
-    records = bench.run_benchmarks(args.platform, args.out)
+    import jax
+    platform = args.platform
+    if platform == "auto":
+        platform = "gpu" if jax.default_backend() in ("gpu", "cuda", "rocm") else "cpu"
+    text = bench.run_benchmarks(platform, args.out)
+    if isinstance(text, str):
+        print(text)
     print(f"wrote {args.out}")
     if args.plot:
-        if not records:
-            print("jax-causal-conv bench: run_benchmarks returned no records to plot",
-                  file=sys.stderr)
-            return 1
-        plot(records, args.plot)
+        B = 8 if platform == "gpu" else 2
+        D = 4096 if platform == "gpu" else 512
+        print(f"sweeping the sequence length for the plot (B={B}, D={D}, W=4, channels last)")
+        records = sweep(platform, B=B, D=D)
+        plot(records, args.plot, title=f"causal_conv1d, {platform}, B={B} D={D} W=4")
         print(f"wrote {args.plot}")
     return 0
