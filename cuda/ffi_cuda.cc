@@ -4,7 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "ffi_args.h"
 #include "launchers.h"
@@ -30,14 +32,38 @@ ffi::Error CudaForward(cudaStream_t stream, JCC_FORWARD_PARAMS) {
   return CudaStatus(cuda::Forward(a, stream), "forward kernel launch");
 }
 
+// Fallback workspace for the backward partial sums when XLA's scratch
+// allocator has none to give: one grow-only buffer per device, used in stream
+// order (XLA runs a device's kernels on one compute stream). Growing waits
+// for the stream so that no kernel still reads the old buffer.
+void* FallbackWorkspace(size_t bytes, cudaStream_t stream) {
+  static std::mutex mu;
+  static std::unordered_map<int, std::pair<void*, size_t>> bufs;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& [ptr, size] = bufs[dev];
+  if (size < bytes) {
+    if (ptr) {
+      if (cudaStreamSynchronize(stream) != cudaSuccess) return nullptr;
+      cudaFree(ptr);
+      ptr = nullptr, size = 0;
+    }
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) return ptr = nullptr;
+    size = bytes;
+  }
+  return ptr;
+}
+
 ffi::Error CudaBackward(cudaStream_t stream, ffi::ScratchAllocator scratch, JCC_BACKWARD_PARAMS) {
   ConvArgs a;
   JCC_RETURN_IF_ERROR(MakeBackwardArgs(&a, JCC_BACKWARD_NAMES));
   JCC_RETURN_IF_ERROR(GpuDType(a.x_dtype));
-  auto ws = scratch.Allocate(cuda::BackwardWorkspaceBytes(a), 256);
-  if (!ws.has_value())
-    return ffi::Error::Internal("jax_causal_conv: could not allocate the backward workspace");
-  return CudaStatus(cuda::Backward(a, *ws, stream), "backward kernel launch");
+  const size_t bytes = cuda::BackwardWorkspaceBytes(a);
+  auto ws = scratch.Allocate(bytes);
+  void* work = ws.has_value() ? *ws : FallbackWorkspace(bytes, stream);
+  if (!work) return ffi::Error::Internal("jax_causal_conv: could not allocate the backward workspace");
+  return CudaStatus(cuda::Backward(a, work, stream), "backward kernel launch");
 }
 
 ffi::Error CudaUpdate(cudaStream_t stream, JCC_UPDATE_PARAMS) {
