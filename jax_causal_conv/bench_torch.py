@@ -1,0 +1,93 @@
+"""Optional torch section of the benchmark: our kernels through
+``jax_causal_conv.torch`` against PyTorch's own depthwise convolution
+(``F.conv1d(groups=dim)``), forward and forward+backward.
+
+    rows = torch_benchmarks("cuda")   # or "cpu"; [] when torch is missing
+
+Rows use the keys of ``bench.bench_conv``: shape, impl, fwd_ms, fwdbwd_ms,
+copy_ms (a same-size ``torch.neg`` pass) and frac (copy time / forward time).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+
+def _shapes(device):
+    import torch
+
+    if device == "cuda":
+        return [((8, 4096, 4096), torch.bfloat16, False), ((8, 4096, 4096), torch.bfloat16, True),
+                ((8, 4096, 4096), torch.float32, False), ((32, 512, 1024), torch.bfloat16, False)]
+    return [((4, 512, 2048), torch.float32, False), ((4, 512, 2048), torch.float32, True),
+            ((8, 128, 512), torch.float32, False)]
+
+
+def _timeit(f, device, reps, warmup=3):
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        f()
+    sync()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
+    """Benchmark rows for ``device`` ("cpu" or "cuda"); [] when torch (or
+    CUDA, for "cuda") is unavailable."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        log("torch benchmarks skipped: torch is not installed")
+        return []
+    if device == "cuda" and not torch.cuda.is_available():
+        log("torch benchmarks skipped: no CUDA device")
+        return []
+    from . import torch as jt
+
+    def ours(x, w, b):
+        return jt.causal_conv1d_fn(x, w, b)
+
+    def conv1d(x, w, b):
+        return F.conv1d(x, w[:, None], b, padding=w.shape[1] - 1, groups=w.shape[0])[..., :x.shape[-1]]
+
+    impls = {"torch adapter (ours)": ours, "F.conv1d groups=D": conv1d}
+    reps = reps or (30 if device == "cuda" else 5)
+    gen = torch.Generator().manual_seed(0)
+    rows = []
+    for (B, D, L), dt, cl in (shapes or _shapes(device)):
+        def rnd(*shape):
+            return torch.randn(*shape, generator=gen).to(device, dt)
+
+        x = rnd(B, L, D).transpose(1, 2) if cl else rnd(B, D, L)  # Dao's channel-last
+        w, b = rnd(D, W) / 2, rnd(D)
+        g = rnd(*x.shape)
+        t_copy = _timeit(lambda: torch.neg(x), device, reps)
+        name = f"({B},{D},{L}) {str(dt).replace('torch.', '')}{' CL' if cl else ''} torch"
+        for impl, fn in impls.items():
+            try:
+                with torch.no_grad():
+                    t_f = _timeit(lambda: fn(x, w, b), device, reps)
+                xs, ws, bs = (t.detach().requires_grad_() for t in (x, w, b))
+
+                def fwdbwd():
+                    return torch.autograd.grad((fn(xs, ws, bs) * g).sum(), (xs, ws, bs))
+
+                t_b = _timeit(fwdbwd, device, reps)
+            except Exception as e:  # a baseline that does not run here
+                log(f"{name} {impl}: {type(e).__name__}: {e}")
+                continue
+            rows.append(dict(shape=name, impl=impl, fwd_ms=t_f * 1e3, fwdbwd_ms=t_b * 1e3,
+                             copy_ms=t_copy * 1e3, frac=t_copy / t_f))
+            log(f"{name:34s} {impl:22s} fwd {t_f*1e3:8.4f} ms  fwd+bwd {t_b*1e3:8.4f} ms  "
+                f"copy {t_copy*1e3:8.4f} ms  ({t_copy / t_f:5.1%} of copy bw)")
+    return rows
