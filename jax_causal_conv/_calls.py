@@ -79,8 +79,41 @@ def _state_shape(cfg, x, w, cu):
     return (rows, H, D) if cfg.states_channels_last else (rows, D, H)
 
 
+def _vma(a):
+    """The shard_map mesh axes ``a`` varies over (empty outside shard_map)."""
+    if a is None:
+        return frozenset()
+    t = jax.typeof(a)
+    v = getattr(t, "vma", None)  # older jax spelling
+    if v is None:
+        v = getattr(getattr(t, "mat", None), "varying", ())
+    return frozenset(v)
+
+
+def _union_vma(args):
+    return frozenset().union(*(_vma(a) for a in jax.tree.leaves(args)))
+
+
+def _to_varying(tree, vma):
+    """Type-level cast (no runtime op) of every leaf to vary over ``vma``."""
+    def cast(o):
+        rest = tuple(sorted(vma - _vma(o)))
+        if not rest:
+            return o
+        return lax.pcast(o, rest, to="varying") if hasattr(lax, "pcast") else lax.pvary(o, rest)
+    return jax.tree.map(cast, tree) if vma else tree
+
+
 def _dispatch(backend, ffi_fn, xla_fn, dtype, *args):
-    """The FFI kernel where one exists for the platform, else the XLA twin."""
+    """The FFI kernel where one exists for the platform, else the XLA twin.
+
+    Under shard_map, ffi_call types its results from the ShapeDtypeStructs, as
+    device-invariant; they are cast to vary over the inputs' mesh axes (as the
+    XLA twin's do), so the branches match and transposes stay correct."""
+    vma = _union_vma(args)
+    if vma:
+        ffi_raw = ffi_fn
+        ffi_fn = lambda *a: _to_varying(ffi_raw(*a), vma)  # noqa: E731
     if backend == "ffi":
         return ffi_fn(*args)
     kernels = {p: ffi_fn for p in _ffi.PLATFORMS if not (p == "cuda" and dtype == jnp.float64)}
@@ -176,6 +209,8 @@ def _ffi_backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
 
 def _xla_backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
     cfg = dataclasses.replace(cfg, want_final=dfin is not None)
+    # per-shard partial gradients, like the kernel's (backward() sums them)
+    x, w, b, init = _to_varying((x, w, b, init), _union_vma((x, w, b, seq_idx, cu, init, dy, dfin)))
     _, vjp = jax.vjp(lambda x, w, b, init: _xla_forward(cfg, x, w, b, None, seq_idx, cu, init),
                      x, w, b, init)
     return vjp((dy, dfin))
@@ -203,7 +238,14 @@ def _backward_fn(cfg):
 
 def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
     """-> (dx, dweight, dbias or None, dinitial_states or None)"""
-    return _backward_fn(cfg)(x, w, b, seq_idx, cu, init, dy, dfin)
+    grads = _backward_fn(cfg)(x, w, b, seq_idx, cu, init, dy, dfin)
+    # Under shard_map: an input replicated over mesh axes the computation varies
+    # over (weights under batch/sequence sharding) gets its per-shard partial
+    # gradients summed over those axes.
+    vma = _union_vma((x, w, b, seq_idx, cu, init, dy, dfin))
+    return tuple(g if g is None or not (vma - _vma(p)) else
+                 lax.psum(g, tuple(sorted(vma - _vma(p))))
+                 for g, p in zip(grads, (x, w, b, init)))
 
 
 # --- decode update ------------------------------------------------------------
