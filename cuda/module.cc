@@ -9,6 +9,8 @@
 
 namespace nb = nanobind;
 
+void RegisterDlpackCuda(nb::module_& m);  // dlpack_cuda.cc: the torch (DLPack) entry points
+
 namespace {
 
 template <typename T>
@@ -30,4 +32,5 @@ NB_MODULE(_jcc_cuda, m) {
     return r;
   });
   m.attr("max_width") = jcc::kMaxWidth;
+  RegisterDlpackCuda(m);
 }
