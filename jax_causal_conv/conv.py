@@ -34,6 +34,9 @@ def _conv_bwd(cfg, saved, cts):
 
 
 _conv.defvjp(_conv_fwd, _conv_bwd)
+# jit caches the traced call per config and shapes: eager calls dispatch in
+# microseconds instead of re-tracing; under an outer jit it is inlined.
+_conv = jax.jit(_conv, static_argnums=0)
 
 
 def _as(a, dtype):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 
 from . import _calls as K
@@ -32,7 +35,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     single = x.ndim == 2
     x3 = x[..., None] if single else x
     cfg = K.UpdateConfig(activation=act, backend=backend)
-    y, new_state = K.update(
+    y, new_state = _update(
         cfg, x3, conv_state.astype(x.dtype), jnp.asarray(weight)[None],
         None if bias is None else jnp.asarray(bias)[None],
         None if cache_seqlens is None else jnp.asarray(cache_seqlens, jnp.int32),
@@ -47,5 +50,10 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len, *, backend="auto"):
     V.check_varlen_states(x, cu_seqlens, state_len)
     if backend == "xla" or 0 in x.shape or state_len == 0:
         return reference.causal_conv1d_varlen_states(x, cu_seqlens, state_len)
-    return K.varlen_states(jnp.asarray(x), jnp.asarray(cu_seqlens, jnp.int32), int(state_len),
-                           backend)
+    return _varlen_states(jnp.asarray(x), jnp.asarray(cu_seqlens, jnp.int32), int(state_len),
+                          backend)
+
+
+# Cached per config and shapes, so eager calls do not re-trace (inlined under jit).
+_update = jax.jit(K.update, static_argnums=0)
+_varlen_states = jax.jit(K.varlen_states, static_argnums=(2, 3))
