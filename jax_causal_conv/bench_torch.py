@@ -68,9 +68,11 @@ def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
         def rnd(*shape):
             return torch.randn(*shape, generator=gen).to(device, dt)
 
-        x = rnd(B, L, D).transpose(1, 2) if cl else rnd(B, D, L)  # Dao's channel-last
+        def act(*shape):  # (B, D, L), Dao's channel-last (a transposed (B, L, D)) if cl
+            return rnd(B, L, D).transpose(1, 2) if cl else rnd(B, D, L)
+
+        x, g = act(), act()  # the cotangent in x's layout, as a model's would be
         w, b = rnd(D, W) / 2, rnd(D)
-        g = rnd(*x.shape)
         t_copy = _timeit(lambda: torch.neg(x), device, reps)
         name = f"({B},{D},{L}) {str(dt).replace('torch.', '')}{' CL' if cl else ''} torch"
         for impl, fn in impls.items():
