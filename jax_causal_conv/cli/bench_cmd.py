@@ -105,10 +105,11 @@ def sweep(platform, lengths=None, B=None, D=None, W=4, dtype=None, reps=None, lo
             g = jnp.asarray(rng.standard_normal((B, L, D)), dtype)
             for name, fn in impls.items():
                 fwd = jax.jit(fn)
-                bwd = jax.jit(jax.grad(lambda x, w, b, fn=fn: jnp.sum(
+                # g is an argument, not a closed-over constant XLA would try to fold
+                bwd = jax.jit(jax.grad(lambda x, w, b, g, fn=fn: jnp.sum(
                     fn(x, w, b).astype(jnp.float32) * g), argnums=(0, 1, 2)))
-                for pas, f in (("fwd", fwd), ("fwd+bwd", bwd)):
-                    ms = timeit(f, x, w, b)
+                for pas, f, args in (("fwd", fwd, (x, w, b)), ("fwd+bwd", bwd, (x, w, b, g))):
+                    ms = timeit(f, *args)
                     records.append({"impl": name, "L": L, "pass": pas, "ms": ms})
                     log(f"  L={L:6d} {name:26s} {pas:8s} {ms:9.4f} ms")
     return records
