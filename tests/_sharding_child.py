@@ -207,19 +207,25 @@ for n in (2, 4, 8):
     case(lambda n=n: conv_case(M8(n, "s"), sa="s", L=32, cl=True, res=True, act=None),
          f"seq{n}_cl_residual")
 case(lambda: conv_case(M8(8, "s"), sa="s", L=32, init=False, final=False), "seq8_noinit_nofinal")
-case(lambda: conv_case(M8(8, "s"), sa="s", L=16, W=6), "seq8_short_shards_3hops")  # L/8 = 2 < W-1: 3 hops
+# L/8 = 2 < W-1: 3 hops
+case(lambda: conv_case(M8(8, "s"), sa="s", L=16, W=6), "seq8_short_shards_3hops")
 case(lambda: conv_case(M8(4, "s"), sa="s", L=16, W=1), "seq4_width1")  # W = 1: nothing to exchange
 case(lambda: conv_case(M8(4, "s"), sa="s", L=64, init=False, sidx=True), "seq4_seqidx")
-case(lambda: conv_case(M8(8, "s"), sa="s", L=32, init=False, sidx=True, cl=True, res=True), "seq8_seqidx_cl_residual")
-case(lambda: conv_case(M8(8, "s"), sa="s", L=16, W=5, init=False, sidx=True), "seq8_seqidx_2hops")  # 2 hops
+case(lambda: conv_case(M8(8, "s"), sa="s", L=32, init=False, sidx=True, cl=True, res=True),
+     "seq8_seqidx_cl_residual")
+# 2 hops
+case(lambda: conv_case(M8(8, "s"), sa="s", L=16, W=5, init=False, sidx=True), "seq8_seqidx_2hops")
 case(lambda: conv_case(M8(4, "s"), sa="s", L=64, dtype=jnp.bfloat16), "seq4_bf16")
 case(lambda: conv_case(mesh_of((2, 4), ("b", "s")), ba="b", sa="s", B=4, L=32), "batch2_x_seq4")
-case(lambda: conv_case(mesh_of((2, 4), ("c", "s")), ca="c", sa="s", D=8, L=32, cl=True), "channel2_x_seq4_cl")
+case(lambda: conv_case(mesh_of((2, 4), ("c", "s")), ca="c", sa="s", D=8, L=32, cl=True),
+     "channel2_x_seq4_cl")
 case(lambda: conv_case(mesh_of((2, 4), ("b", "c")), ba="b", ca="c", B=4, D=8), "batch2_x_channel4")
 case(lambda: conv_case(mesh_of((2, 2, 2), ("b", "c", "s")), ba="b", ca="c", sa="s", B=4, D=8,
                        L=32, sidx=True, init=False), "b2_c2_s2_seqidx")
-case(lambda: conv_case(mesh_of((2, 4), ("x", "y")), sa=("x", "y"), L=32), "seq_over_two_axes")  # seq over 2 axes
-case(lambda: conv_case(mesh_of((2, 4), ("b", "s")), sa="s", L=32), "seq4_unused_axis_replicated")  # "b" unused: replicated
+# seq over 2 axes
+case(lambda: conv_case(mesh_of((2, 4), ("x", "y")), sa=("x", "y"), L=32), "seq_over_two_axes")
+# "b" unused: replicated
+case(lambda: conv_case(mesh_of((2, 4), ("b", "s")), sa="s", L=32), "seq4_unused_axis_replicated")
 
 
 @case
@@ -352,6 +358,22 @@ def varlen_channel_sharded():
                                                                  channel_axis="c"))
     close(vs(args[0]), jcc.causal_conv1d_varlen_states(x, cu, 5), what="varlen_states")
     assert collectives(hlo_of(vs, args[0])) == []
+
+
+@case
+def docs_example_runs():
+    import contextlib
+    import io
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "sharding.md")
+    if not os.path.exists(path):  # an installed test tree without docs
+        return
+    code = re.search(r"```python\n(.*?)```", open(path).read(), re.S).group(1)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/sharding.md", "exec"), {})
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "P(None, 'seq', None) 0.0 0.0", lines
+    assert lines[1].count("f32[2,3,128]") == 2, lines
 
 
 if __name__ == "__main__":

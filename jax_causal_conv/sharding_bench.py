@@ -1,0 +1,80 @@
+"""Sequence-parallel benchmark: forward + backward, L split over all local devices
+vs. the same problem on one device.
+
+    python -m jax_causal_conv.sharding_bench          # (8, 4096, 32768) bf16, every local GPU
+    python -c "from jax_causal_conv.sharding_bench import bench_sequence_parallel as b; b(L=4096)"
+
+Prints the time per fwd+bwd step on 1 device and on n devices, and the
+throughput ratio (ideal: n; the halo exchange is W-1 columns per shard).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import jax_causal_conv as jcc
+from jax_causal_conv.sharding import causal_conv1d_sharded
+
+
+def _time(f, args, iters):
+    jax.block_until_ready(f(*args))  # compile + warm up
+    jax.block_until_ready(f(*args))
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def bench_sequence_parallel(B=8, D=4096, L=32768, W=4, dtype=jnp.bfloat16, iters=20,
+                            activation="silu", channels_last=False, devices=None):
+    """fwd+bwd of causal_conv1d on x (B, D, L) (or (B, L, D) with channels_last):
+    one device vs. L sharded over ``devices`` (default: all local devices).
+    Returns a dict of the measurements; prints them too."""
+    devices = list(jax.local_devices() if devices is None else devices)
+    n = len(devices)
+    shape = (B, L, D) if channels_last else (B, D, L)
+    k = jax.random.split(jax.random.key(0), 4)
+    x = jax.random.normal(k[0], shape, dtype)
+    g = jax.random.normal(k[1], shape, dtype)
+    w = (jax.random.normal(k[2], (D, W), jnp.float32) / W ** 0.5).astype(dtype)
+    b = jnp.zeros((D,), dtype)
+    kw = dict(activation=activation, channels_last=channels_last)
+
+    def step(conv):
+        def f(x, w, b, g):
+            y, vjp = jax.vjp(lambda x, w, b: conv(x, w, b), x, w, b)
+            return vjp(g)  # (dx, dw, db): the forward and the backward kernels
+        return jax.jit(f)
+
+    one = jax.device_put((x, w, b, g), devices[0])
+    t1 = _time(step(lambda x, w, b: jcc.causal_conv1d(x, w, b, **kw)), one, iters)
+
+    mesh = Mesh(np.array(devices), ("seq",))
+    xs = P(None, "seq", None) if channels_last else P(None, None, "seq")
+    sharded = (jax.device_put(x, NamedSharding(mesh, xs)),
+               jax.device_put(w, NamedSharding(mesh, P())),
+               jax.device_put(b, NamedSharding(mesh, P())),
+               jax.device_put(g, NamedSharding(mesh, xs)))
+    tn = _time(step(lambda x, w, b: causal_conv1d_sharded(x, w, b, mesh=mesh, seq_axis="seq",
+                                                          **kw)), sharded, iters)
+    # bytes moved by the kernels per step: fwd reads x, writes y; bwd reads x, dy, writes dx
+    nbytes = 5 * x.size * jnp.dtype(dtype).itemsize
+    res = dict(devices=n, platform=devices[0].platform, shape=shape, dtype=jnp.dtype(dtype).name,
+               t_1dev_ms=t1 * 1e3, t_ndev_ms=tn * 1e3, ratio=t1 / tn,
+               gbps_1dev=nbytes / t1 / 1e9, gbps_ndev=nbytes / tn / 1e9)
+    print(f"causal_conv1d fwd+bwd {shape} {res['dtype']} W={W} on {res['platform']}:")
+    print(f"  1 device : {t1 * 1e3:9.3f} ms/step  ({res['gbps_1dev']:8.1f} GB/s kernel traffic)")
+    print(f"  {n} devices: {tn * 1e3:9.3f} ms/step  ({res['gbps_ndev']:8.1f} GB/s aggregate)")
+    print(f"  throughput ratio {res['ratio']:.2f}x (ideal {n}x)")
+    return res
+
+
+if __name__ == "__main__":
+    bench_sequence_parallel()
