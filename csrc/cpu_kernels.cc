@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "parallel.h"
 #include "segments.h"
 
 namespace jcc::cpu {
