@@ -21,17 +21,19 @@ __host__ __device__ inline int BodyOffset(int H) { return (H + 3) & ~3; }
 
 // Shared memory of the tiled kernel, in 4-byte words.
 struct TileSmem {
-  int P, xs, gs, ms, hs, wsm, red, total;
-  __host__ __device__ TileSmem(int W, bool runtime_width) {
+  int P, xs, gs, ms, hs, dys, wsm, red, total;
+  __host__ __device__ TileSmem(int W, bool runtime_width, int kTile) {
     const int H = W - 1;
     P = BodyOffset(H);
     xs = 0;                        // [P + kTile + H]: x at t0 - P ..
     gs = xs + P + kTile + H;       // [kTile + H]: g at t0 ..
     ms = gs + kTile + H;           // [kTile + H]: m at t0 .. (int)
     hs = ms + kTile + H;           // [kTile + H]: history row at t0 .. (int)
-    wsm = hs + kTile + H;          // [W] weights (run-time width)
+    dys = hs + kTile + H;          // [H]: dy at the H steps after the tile
+    wsm = dys + H;                 // [W] weights (run-time width)
     red = wsm + (runtime_width ? W : 0);  // [warps][W + 1] reduction (fixed width)
-    total = red + (runtime_width ? 0 : (kThreads / 32) * (W + 1));
+    // (+4: the compiler may read a few words past the weights with wide loads)
+    total = red + (runtime_width ? 0 : (kThreads / 32) * (W + 1)) + 4;
   }
 };
 
@@ -45,18 +47,20 @@ __device__ __forceinline__ float TapValue(const ConvArgs& a, const float* win, i
 }
 
 template <typename T, int kW>
-__global__ void __launch_bounds__(kThreads, 5)
+__global__ void __launch_bounds__(kThreads, 4)
     BwdTileKernel(const ConvArgs a, int64_t ntile, int64_t tiles_per_block, int64_t nblocks,
                   float* ws, bool vec) {
   extern __shared__ float smem[];
+  constexpr int kRun = Tiling<T>::kRun, kTile = Tiling<T>::kTile;
   const int W = kW > 0 ? kW : int(a.width);
   const int H = W - 1;
-  const TileSmem L(W, kW == 0);
+  const TileSmem L(W, kW == 0, kTile);
   float* xs = smem + L.xs;
   float* gs = smem + L.gs;
   int* ms = reinterpret_cast<int*>(smem + L.ms);
   int* hs = reinterpret_cast<int*>(smem + L.hs);
   float* wsm = smem + L.wsm;
+  float* dys = smem + L.dys;
   const int P = L.P;
   const T* x = static_cast<const T*>(a.x);
   const T* dy = static_cast<const T*>(a.dy);
@@ -98,16 +102,19 @@ __global__ void __launch_bounds__(kThreads, 5)
       float v[kRun], dyv[kRun];
       LoadRun<T>(xr, xl.s_time, r0, a.len, vec, v);
       LoadRun<T>(dyr, xl.s_time, r0, a.len, vec, dyv);
-      float4* dst = reinterpret_cast<float4*>(xs + P + threadIdx.x * kRun);
-      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+      StoreShared(xs + P + threadIdx.x * kRun, v);
       for (int i = threadIdx.x; i < 2 * H; i += kThreads) {
-        // i < H: left halo; i >= H: right halo after the tile.
+        // i < H: left halo; i >= H: right halo after the tile (x and dy).
         const int64_t t = i < H ? t0 - H + i : t0 + kTile + (i - H);
-        float hv = 0.f;
-        if (t >= 0 && t < a.len) hv = ToF(xr[t * xl.s_time]);
-        else if (t < 0 && !masked && a.initial_states) hv = LoadState<T>(a, a.initial_states, b, d, H + t);
+        float hv = 0.f, hd = 0.f;
+        if (t >= 0 && t < a.len) {
+          hv = ToF(xr[t * xl.s_time]);
+          if (i >= H) hd = ToF(dyr[t * xl.s_time]);
+        } else if (t < 0 && !masked && a.initial_states) {
+          hv = LoadState<T>(a, a.initial_states, b, d, H + t);
+        }
         xs[i < H ? P - H + i : P + kTile + (i - H)] = hv;
+        if (i >= H) dys[i - H] = hd;
       }
       __syncthreads();
 
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 5)
           float pre = bias;
           for (int k = 0; k < W; ++k)
             pre += (kW > 0 ? w[k < kW ? k : 0] : wsm[k]) * TapValue<T, kW>(a, win, k, m, cur.hrow, d, H);
-          g = ActGrad(pre, ToF(dyr[t * xl.s_time]), silu);
+          g = ActGrad(pre, dys[i], silu);
         }
         gs[kTile + i] = g;
         if (masked) ms[kTile + i] = m, hs[kTile + i] = int(cur.hrow);
@@ -523,6 +530,7 @@ Plan MakePlan(const ConvArgs& a) {
     if (a.batch * p.nchunk > INT_MAX || CeilDiv(a.dim, int64_t(kClX) * kClV) > 65535) p.cl = false;
   }
   if (!p.cl) {
+    const int64_t kTile = int64_t(kThreads) * (32 / DTypeBytes(a.x_dtype));
     p.ntile = CeilDiv(a.len, kTile);
     const int64_t rows = a.batch * a.dim;
     p.tpb = std::clamp<int64_t>(rows * p.ntile / 16384, 1, p.ntile);
@@ -536,14 +544,14 @@ Plan MakePlan(const ConvArgs& a) {
 template <typename T, int kW>
 cudaError_t LaunchTile(const ConvArgs& a, const Plan& p, float* ws, cudaStream_t stream) {
   const int W = int(a.width);
-  const TileSmem L(W, kW == 0);
+  const TileSmem L(W, kW == 0, Tiling<T>::kTile);
   const size_t smem = sizeof(float) * L.total;
   if (smem > 48 * 1024) {
     cudaError_t e = cudaFuncSetAttribute(BwdTileKernel<T, kW>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
   }
-  const bool vec = !a.channels_last && a.len % kRun == 0 && Aligned(a.x, 16) &&
+  const bool vec = !a.channels_last && (a.len * sizeof(T)) % 16 == 0 && Aligned(a.x, 16) &&
                    Aligned(a.dy, 16) && Aligned(a.dx, 16);
   const unsigned grid = unsigned(std::min<int64_t>(p.nblocks, INT_MAX));
   BwdTileKernel<T, kW><<<grid, kThreads, smem, stream>>>(a, p.ntile, p.tpb, p.nblocks, ws, vec);

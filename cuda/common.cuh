@@ -195,11 +195,15 @@ struct SegCursor {
 
 // --- shared pieces of the convolution kernels -----------------------------------
 // Time-tiled kernels (channels-first layout, and any width): a block of
-// kThreads threads covers kTile consecutive steps of one (batch, channel) row,
-// each thread a run of kRun steps.
+// kThreads threads covers Tiling<T>::kTile consecutive steps of one (batch,
+// channel) row, each thread a run of kRun steps: 32 bytes, two 16-byte loads
+// in flight per tensor read.
 constexpr int kThreads = 128;
-constexpr int kRun = 8;
-constexpr int kTile = kThreads * kRun;
+template <typename T>
+struct Tiling {
+  static constexpr int kRun = 32 / int(sizeof(T));
+  static constexpr int kTile = kThreads * kRun;
+};
 
 // Channels-last kernels (width <= 4): a block of kClX x kClY threads, kClX
 // vectors of channels by kClY time slices.
@@ -214,27 +218,35 @@ __device__ __forceinline__ float LoadState(const ConvArgs& a, const void* s, int
 }
 
 // One run of kRun steps of a (b, d) row starting at r0, zero past len.
-template <typename T>
+template <typename T, int N>
 __device__ __forceinline__ void LoadRun(const T* row, int64_t s_time, int64_t r0, int64_t len,
-                                        bool vec, float (&v)[kRun]) {
-  if (vec && r0 + kRun <= len) {
-    LoadVec<T, kRun>(row + r0, v);
+                                        bool vec, float (&v)[N]) {
+  if (vec && r0 + N <= len) {
+    LoadVec<T, N>(row + r0, v);
   } else {
 #pragma unroll
-    for (int j = 0; j < kRun; ++j) v[j] = r0 + j < len ? ToF(row[(r0 + j) * s_time]) : 0.f;
+    for (int j = 0; j < N; ++j) v[j] = r0 + j < len ? ToF(row[(r0 + j) * s_time]) : 0.f;
   }
 }
 
-template <typename T>
+template <typename T, int N>
 __device__ __forceinline__ void StoreRun(T* row, int64_t s_time, int64_t r0, int64_t len, bool vec,
-                                         const float (&v)[kRun]) {
-  if (vec && r0 + kRun <= len) {
-    StoreVec<T, kRun>(row + r0, v);
+                                         const float (&v)[N]) {
+  if (vec && r0 + N <= len) {
+    StoreVec<T, N>(row + r0, v);
   } else {
 #pragma unroll
-    for (int j = 0; j < kRun; ++j)
+    for (int j = 0; j < N; ++j)
       if (r0 + j < len) row[(r0 + j) * s_time] = FromF<T>(v[j]);
   }
+}
+
+// Copies a run into shared memory (16-byte aligned) with float4 stores.
+template <int N>
+__device__ __forceinline__ void StoreShared(float* dst, const float (&v)[N]) {
+#pragma unroll
+  for (int i = 0; i < N / 4; ++i)
+    reinterpret_cast<float4*>(dst)[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
 }
 
 // kV channels starting at c0 of time step t of a channels-last row.

@@ -23,11 +23,37 @@ constexpr int kClSteps = 64;  // time steps per thread in the channels-last kern
 // and the body starts 16-byte aligned.
 __host__ __device__ inline int BodyOffset(int H) { return (H + 3) & ~3; }
 
+// Steps near a sequence start (seq_idx / varlen modes): the window's older
+// taps come from the sequence's initial states, or are zero.
+template <typename T, int kW, int kRun>
+__device__ __forceinline__ void MaskedFix(const ConvArgs& a, int64_t b, int64_t d, int64_t r0, int H,
+                                       const float* win, const float* w, float bias, float* out) {
+  const int W = H + 1;
+  SegCursor cur;
+  cur.Init(a, b, r0, H);
+  for (int j = 0; j < kRun; ++j) {
+    const int64_t t = r0 + j;
+    if (j) cur.Next(a, b, t);
+    const int m = cur.M(t, H);
+    if (m < H && t < a.len) {
+      float acc = bias;
+      for (int k = 0; k < W; ++k) {
+        float xv = win[j + k];
+        if (k < H - m)
+          xv = cur.hrow >= 0 ? LoadState<T>(a, a.initial_states, cur.hrow, d, k + m) : 0.f;
+        acc += w[k] * xv;
+      }
+      out[j] = acc;
+    }
+  }
+}
+
 template <typename T, int kW>
-__global__ void __launch_bounds__(kThreads, 6)
+__global__ void __launch_bounds__(kThreads, 4)
     FwdTileKernel(const ConvArgs a, int64_t ntile, int64_t tiles_per_block, int64_t nblocks,
                   bool vec) {
   extern __shared__ float smem[];
+  constexpr int kRun = Tiling<T>::kRun, kTile = Tiling<T>::kTile;
   const int W = kW > 0 ? kW : int(a.width);
   const int H = W - 1;
   const int P = BodyOffset(H);
@@ -64,9 +90,7 @@ __global__ void __launch_bounds__(kThreads, 6)
       const int64_t r0 = t0 + threadIdx.x * kRun;
       float v[kRun];
       LoadRun<T>(xr, xl.s_time, r0, a.len, vec, v);
-      float4* dst = reinterpret_cast<float4*>(xs + P + threadIdx.x * kRun);
-      dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-      dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+      StoreShared(xs + P + threadIdx.x * kRun, v);
       for (int i = threadIdx.x; i < H; i += kThreads) {
         const int64_t t = t0 - H + i;
         float hv = 0.f;
@@ -101,36 +125,12 @@ __global__ void __launch_bounds__(kThreads, 6)
         }
       }
       if (masked) {
-        // Steps near a sequence start: the window's older taps come from the
-        // sequence's initial states, or are zero.
-        SegCursor cur;
-        cur.Init(a, b, r0, H);
+        float fix[kRun];
 #pragma unroll
-        for (int j = 0; j < kRun; ++j) {
-          const int64_t t = r0 + j;
-          if (j) cur.Next(a, b, t);
-          const int m = cur.M(t, H);
-          if (m < H && t < a.len) {
-            float acc = bias;
-            if constexpr (kW > 0) {
+        for (int j = 0; j < kRun; ++j) fix[j] = out[j];
+        MaskedFix<T, kW, kRun>(a, b, d, r0, H, win, kW > 0 ? w : wsm, bias, fix);
 #pragma unroll
-              for (int k = 0; k < kW; ++k) {
-                float xv = win[j + k];
-                if (k < H - m)
-                  xv = cur.hrow >= 0 ? LoadState<T>(a, a.initial_states, cur.hrow, d, k + m) : 0.f;
-                acc += w[k] * xv;
-              }
-            } else {
-              for (int k = 0; k < W; ++k) {
-                float xv = win[j + k];
-                if (k < H - m)
-                  xv = cur.hrow >= 0 ? LoadState<T>(a, a.initial_states, cur.hrow, d, k + m) : 0.f;
-                acc += wsm[k] * xv;
-              }
-            }
-            out[j] = acc;
-          }
-        }
+        for (int j = 0; j < kRun; ++j) out[j] = fix[j];
       }
 #pragma unroll
       for (int j = 0; j < kRun; ++j) {
@@ -278,15 +278,17 @@ __global__ void FinalStatesKernel(const ConvArgs a) {
 
 template <typename T, int kW>
 cudaError_t LaunchTile(const ConvArgs& a, cudaStream_t stream) {
+  constexpr int kTile = Tiling<T>::kTile;
   const int W = int(a.width), H = W - 1;
   const int64_t ntile = CeilDiv(a.len, kTile);
   const int64_t rows = a.batch * a.dim;
   // About 32k blocks: enough to fill the chip, few enough to amortise setup.
   const int64_t tpb = std::clamp<int64_t>(rows * ntile / 32768, 1, ntile);
   const int64_t nblocks = rows * CeilDiv(ntile, tpb);
-  const bool vec = !a.channels_last && a.len % kRun == 0 && Aligned(a.x, 16) && Aligned(a.y, 16) &&
-                   (!a.residual || Aligned(a.residual, 16));
-  const size_t smem = sizeof(float) * (BodyOffset(H) + kTile + (kW > 0 ? 0 : W));
+  const bool vec = !a.channels_last && (a.len * sizeof(T)) % 16 == 0 && Aligned(a.x, 16) &&
+                   Aligned(a.y, 16) && (!a.residual || Aligned(a.residual, 16));
+  // (+4: the compiler may read a few words past the weights with wide loads)
+  const size_t smem = sizeof(float) * (BodyOffset(H) + kTile + (kW > 0 ? 0 : W) + 4);
   const unsigned grid = unsigned(std::min<int64_t>(nblocks, INT_MAX));
   FwdTileKernel<T, kW><<<grid, kThreads, smem, stream>>>(a, ntile, tpb, nblocks, vec);
   return cudaGetLastError();
