@@ -18,7 +18,6 @@ import jax_causal_conv as jcc  # noqa: E402
 from jax_causal_conv.__main__ import main  # noqa: E402
 from jax_causal_conv.cli import bench_cmd, demo  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +53,14 @@ def test_demo_generate_cached_equals_full(trained):
     np.testing.assert_allclose(cached[:, :-1], full, rtol=1e-4, atol=1e-4)
 
 
-def test_info_subprocess():
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+def test_info_subprocess(tmp_path):
+    # the package under test (installed, or the source tree in development), run
+    # from elsewhere so the source tree does not shadow an installed build
+    pkg_parent = os.path.dirname(os.path.dirname(jcc.__file__))
+    env = dict(os.environ, PYTHONPATH=pkg_parent + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-m", "jax_causal_conv", "info"], capture_output=True,
-                       text=True, timeout=120, env=env)
+                       text=True, timeout=120, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert jax.__version__ in r.stdout
     assert "FFI targets" in r.stdout

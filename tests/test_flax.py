@@ -11,6 +11,7 @@ import flax.linen as nn  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from flax import nnx  # noqa: E402
 
+import jax_causal_conv as jcc  # noqa: E402
 from jax_causal_conv import reference  # noqa: E402
 from jax_causal_conv.flax import CausalConv1d  # noqa: E402
 from jax_causal_conv.nnx import CausalConv1d as NnxCausalConv1d  # noqa: E402
@@ -296,14 +297,16 @@ def test_nnx_scan_over_stacked_layers_and_decode():
     np.testing.assert_allclose(jnp.concatenate(outs, 1), full, rtol=1e-5, atol=1e-5)
 
 
-def test_package_import_does_not_need_flax():
+def test_package_import_does_not_need_flax(tmp_path):
     import os
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # the package under test (installed, or the source tree in development), run
+    # from elsewhere so the source tree does not shadow an installed build
+    pkg_parent = os.path.dirname(os.path.dirname(jcc.__file__))
     code = ("import sys, jax_causal_conv, jax_causal_conv.__main__; "
             "assert 'flax' not in sys.modules and 'optax' not in sys.modules, 'flax imported'")
-    env = dict(os.environ, PYTHONPATH=root, JAX_PLATFORMS="cpu")
+    env = dict(os.environ, PYTHONPATH=pkg_parent, JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120, env=env)
+                       timeout=120, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
