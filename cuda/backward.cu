@@ -62,6 +62,10 @@ __global__ void __launch_bounds__(kThreads, 4)
   float* wsm = smem + L.wsm;
   float* dys = smem + L.dys;
   const int P = L.P;
+  constexpr int kHs = kW > 1 ? kW - 1 : 1;
+  __shared__ float tails[kW > 0 ? (kThreads + 1) * kHs : 1];  // fixed width: x run tails
+  __shared__ float heads[kW > 0 ? (kThreads + 1) * kHs : 1];  // fixed width: g run heads
+  __shared__ float rhal[kHs];                                 // fixed width: x after the tile
   const T* x = static_cast<const T*>(a.x);
   const T* dy = static_cast<const T*>(a.dy);
   const T* dfin = static_cast<const T*>(a.dfinal_states);
@@ -102,7 +106,14 @@ __global__ void __launch_bounds__(kThreads, 4)
       float v[kRun], dyv[kRun];
       LoadRun<T>(xr, xl.s_time, r0, a.len, vec, v);
       LoadRun<T>(dyr, xl.s_time, r0, a.len, vec, dyv);
-      StoreShared(xs + P + threadIdx.x * kRun, v);
+      if constexpr (kW > 0) {
+        // Fixed width: runs stay in registers; shared memory carries each
+        // thread's last H inputs (row 0: the H inputs before the tile).
+#pragma unroll
+        for (int i = 0; i < kHs; ++i) tails[(threadIdx.x + 1) * kHs + i] = v[kRun - kHs + i];
+      } else {
+        StoreShared(xs + P + threadIdx.x * kRun, v);
+      }
       for (int i = threadIdx.x; i < 2 * H; i += kThreads) {
         // i < H: left halo; i >= H: right halo after the tile (x and dy).
         const int64_t t = i < H ? t0 - H + i : t0 + kTile + (i - H);
@@ -113,11 +124,110 @@ __global__ void __launch_bounds__(kThreads, 4)
         } else if (t < 0 && !masked && a.initial_states) {
           hv = LoadState<T>(a, a.initial_states, b, d, H + t);
         }
-        xs[i < H ? P - H + i : P + kTile + (i - H)] = hv;
+        if constexpr (kW > 0) {
+          if (i < H) tails[i] = hv; else rhal[i - H] = hv;
+        } else {
+          xs[i < H ? P - H + i : P + kTile + (i - H)] = hv;
+        }
         if (i >= H) dys[i - H] = hd;
       }
       __syncthreads();
 
+      if constexpr (kW > 0) {
+        constexpr int kH = kW - 1;
+        // Phase A: g at this thread's steps, from the register window.
+        float xw[kRun + kH], gr[kRun], dfv[kRun];
+#pragma unroll
+        for (int i = 0; i < kH; ++i) xw[i] = tails[threadIdx.x * kH + i];
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) xw[kH + j] = v[j];
+        SegCursor cur;
+        if (masked) cur.Init(a, b, r0, H);
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) {
+          const int64_t t = r0 + j;
+          if (masked && j) cur.Next(a, b, t);
+          const int m = masked ? cur.M(t, H) : H;
+          float g = 0.f;
+          dfv[j] = 0.f;
+          if (t < a.len) {
+            float tv[kW];
+#pragma unroll
+            for (int k = 0; k < kW; ++k) {
+              tv[k] = xw[j + k];
+              if (masked && k < H - m)
+                tv[k] = cur.hrow >= 0 ? LoadState<T>(a, a.initial_states, cur.hrow, d, k + m) : 0.f;
+            }
+            float pre = bias;
+#pragma unroll
+            for (int k = 0; k < kW; ++k) pre += w[k] * tv[k];
+            g = ActGrad(pre, dyv[j], silu);
+#pragma unroll
+            for (int k = 0; k < kW; ++k) dwp[k] += g * tv[k];
+            dwp[kW] += g;
+            if (dfin) {
+              int64_t frow = b, fs = a.len - H;
+              if (a.mode == SegmentMode::kVarlen) frow = cur.frow, fs = cur.hi - H;
+              if (frow >= 0 && t >= fs) dfv[j] = LoadState<T>(a, dfin, frow, d, t - fs);
+            }
+          }
+          gr[j] = g;
+          if (masked) ms[threadIdx.x * kRun + j] = m;
+        }
+        // Heads: row r = thread r's first H g values; row kThreads = the H
+        // steps after the tile, computed here by threads 0 .. H-1.
+#pragma unroll
+        for (int i = 0; i < kH; ++i) heads[threadIdx.x * kH + i] = gr[i];
+        if (threadIdx.x < kH) {
+          const int i = threadIdx.x;
+          const int64_t t = t0 + kTile + i;
+          float g = 0.f;
+          int m = H;
+          if (t < a.len) {
+            SegCursor hc;
+            hc.hrow = -1;
+            if (masked) {
+              hc.Init(a, b, t, H);
+              m = hc.M(t, H);
+            }
+            float pre = bias;
+#pragma unroll
+            for (int k = 0; k < kW; ++k) {
+              const int q = i + k;  // in [last H inputs of the tile | right halo]
+              float xv = q < kH ? tails[kThreads * kH + q] : rhal[q - kH];
+              if (masked && k < H - m)
+                xv = hc.hrow >= 0 ? LoadState<T>(a, a.initial_states, hc.hrow, d, k + m) : 0.f;
+              pre += w[k] * xv;
+            }
+            g = ActGrad(pre, dys[i], silu);
+          }
+          heads[kThreads * kH + i] = g;
+          if (masked) ms[kTile + i] = m;
+        }
+        __syncthreads();
+
+        // Phase B: dx at this thread's steps. Input p feeds step t = p + H - k
+        // when t's sequence reaches back to p: m(t) >= H - k.
+        float gw[kRun + kH], out[kRun];
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) gw[j] = gr[j];
+#pragma unroll
+        for (int i = 0; i < kH; ++i) gw[kRun + i] = heads[(threadIdx.x + 1) * kH + i];
+        const int base = threadIdx.x * kRun;
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) {
+          float acc = 0.f;
+#pragma unroll
+          for (int k = 0; k < kW; ++k) {
+            const int i = j + kH - k;
+            float g = gw[i];
+            if (masked && ms[base + i] < H - k) g = 0.f;
+            acc += w[k] * g;
+          }
+          out[j] = acc + dfv[j];
+        }
+        StoreRun<T>(dxr, xl.s_time, r0, a.len, vec, out);
+      } else {
       // Phase A: g at this thread's steps, and at the H steps after the tile.
       float dfv[kRun];
       {
@@ -241,6 +351,7 @@ __global__ void __launch_bounds__(kThreads, 4)
           }
         }
         StoreRun<T>(dxr, xl.s_time, r0, a.len, vec, out);
+      }
       }
       __syncthreads();  // shared memory is refilled by the next tile
     }

@@ -59,6 +59,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int P = BodyOffset(H);
   float* xs = smem;               // [P + kTile]: steps t0 - P .. t0 + kTile
   float* wsm = smem + P + kTile;  // run-time width: the weights
+  constexpr int kHs = kW > 1 ? kW - 1 : 1;
+  __shared__ float tails[kW > 0 ? (kThreads + 1) * kHs : 1];  // fixed width: run tails
   const T* x = static_cast<const T*>(a.x);
   const T* res = static_cast<const T*>(a.residual);
   T* y = static_cast<T*>(a.y);
@@ -90,25 +92,33 @@ __global__ void __launch_bounds__(kThreads, 4)
       const int64_t r0 = t0 + threadIdx.x * kRun;
       float v[kRun];
       LoadRun<T>(xr, xl.s_time, r0, a.len, vec, v);
-      StoreShared(xs + P + threadIdx.x * kRun, v);
+      if constexpr (kW > 0) {
+        // Fixed width: each thread keeps its run in registers and publishes
+        // its last H inputs; row 0 holds the H inputs before the tile.
+#pragma unroll
+        for (int i = 0; i < kHs; ++i) tails[(threadIdx.x + 1) * kHs + i] = v[kRun - kHs + i];
+      } else {
+        StoreShared(xs + P + threadIdx.x * kRun, v);
+      }
       for (int i = threadIdx.x; i < H; i += kThreads) {
         const int64_t t = t0 - H + i;
         float hv = 0.f;
         if (t >= 0) hv = ToF(xr[t * xl.s_time]);
         else if (!masked && a.initial_states) hv = LoadState<T>(a, a.initial_states, b, d, H + t);
-        xs[P - H + i] = hv;
+        if constexpr (kW > 0) tails[i] = hv; else xs[P - H + i] = hv;
       }
       float r[kRun];
       if (rr) LoadRun<T>(rr, xl.s_time, r0, a.len, vec, r);
       __syncthreads();
 
-      // win[j + k] is the input at step r0 + j - H + k.
-      const float* win = xs + P - H + threadIdx.x * kRun;
       float out[kRun];
       if constexpr (kW > 0) {
-        float xw[kRun + kW - 1];
+        // xw[j + k] is the input at step r0 + j - H + k.
+        float xw[kRun + kHs];
 #pragma unroll
-        for (int i = 0; i < kRun + kW - 1; ++i) xw[i] = win[i];
+        for (int i = 0; i < kHs; ++i) xw[i] = tails[threadIdx.x * kHs + i];
+#pragma unroll
+        for (int j = 0; j < kRun; ++j) xw[kHs + j] = v[j];
 #pragma unroll
         for (int j = 0; j < kRun; ++j) {
           float acc = bias;
@@ -116,21 +126,33 @@ __global__ void __launch_bounds__(kThreads, 4)
           for (int k = 0; k < kW; ++k) acc += w[k] * xw[j + k];
           out[j] = acc;
         }
+        if (masked) {
+          float win[kRun + kHs], fix[kRun];
+#pragma unroll
+          for (int i = 0; i < kRun + kHs; ++i) win[i] = xw[i];
+#pragma unroll
+          for (int j = 0; j < kRun; ++j) fix[j] = out[j];
+          MaskedFix<T, kW, kRun>(a, b, d, r0, H, win, w, bias, fix);
+#pragma unroll
+          for (int j = 0; j < kRun; ++j) out[j] = fix[j];
+        }
       } else {
+        // win[j + k] is the input at step r0 + j - H + k.
+        const float* win = xs + P - H + threadIdx.x * kRun;
 #pragma unroll
         for (int j = 0; j < kRun; ++j) {
           float acc = bias;
           for (int k = 0; k < W; ++k) acc += wsm[k] * win[j + k];
           out[j] = acc;
         }
-      }
-      if (masked) {
-        float fix[kRun];
+        if (masked) {
+          float fix[kRun];
 #pragma unroll
-        for (int j = 0; j < kRun; ++j) fix[j] = out[j];
-        MaskedFix<T, kW, kRun>(a, b, d, r0, H, win, kW > 0 ? w : wsm, bias, fix);
+          for (int j = 0; j < kRun; ++j) fix[j] = out[j];
+          MaskedFix<T, kW, kRun>(a, b, d, r0, H, win, wsm, bias, fix);
 #pragma unroll
-        for (int j = 0; j < kRun; ++j) out[j] = fix[j];
+          for (int j = 0; j < kRun; ++j) out[j] = fix[j];
+        }
       }
 #pragma unroll
       for (int j = 0; j < kRun; ++j) {
@@ -288,7 +310,7 @@ cudaError_t LaunchTile(const ConvArgs& a, cudaStream_t stream) {
   const bool vec = !a.channels_last && (a.len * sizeof(T)) % 16 == 0 && Aligned(a.x, 16) &&
                    Aligned(a.y, 16) && (!a.residual || Aligned(a.residual, 16));
   // (+4: the compiler may read a few words past the weights with wide loads)
-  const size_t smem = sizeof(float) * (BodyOffset(H) + kTile + (kW > 0 ? 0 : W) + 4);
+  const size_t smem = kW > 0 ? 0 : sizeof(float) * (BodyOffset(H) + kTile + W + 4);
   const unsigned grid = unsigned(std::min<int64_t>(nblocks, INT_MAX));
   FwdTileKernel<T, kW><<<grid, kThreads, smem, stream>>>(a, ntile, tpb, nblocks, vec);
   return cudaGetLastError();
