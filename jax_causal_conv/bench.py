@@ -105,7 +105,7 @@ def _shapes(platform):
         return [((8, 4096, 4096), jnp.bfloat16, False), ((4, 2048, 16384), jnp.bfloat16, False),
                 ((8, 4096, 4096), jnp.bfloat16, True), ((8, 4096, 4096), jnp.float32, False),
                 ((32, 512, 1024), jnp.bfloat16, False)]
-    return [((4, 512, 2048), jnp.float32, False), ((4, 512, 2048), jnp.float32, True),
+    return [((8, 512, 4096), jnp.float32, False), ((4, 512, 2048), jnp.float32, True),
             ((4, 512, 2048), jnp.bfloat16, False), ((8, 128, 512), jnp.float32, False)]
 
 
@@ -216,7 +216,20 @@ def bench_decode(platform, layers=32, W=4, log=print):
     return rows
 
 
-def _markdown(platform, conv, decode):
+def _table(rows, ours_impl):
+    out = ["| shape (B,D,L) dtype | impl | fwd ms | fwd+bwd ms | copy ms | of copy bw | ours faster |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    ours = {r["shape"]: r for r in rows if r["impl"] == ours_impl}
+    for r in rows:
+        o = ours.get(r["shape"])
+        ratio = ("" if o is None or r is o else
+                 f"{r['fwd_ms'] / o['fwd_ms']:.2f}x / {r['fwdbwd_ms'] / o['fwdbwd_ms']:.2f}x")
+        out.append(f"| {r['shape']} | {r['impl']} | {r['fwd_ms']:.4f} | {r['fwdbwd_ms']:.4f} | "
+                   f"{r['copy_ms']:.4f} | {r['frac']:.1%} | {ratio} |")
+    return out
+
+
+def _markdown(platform, conv, decode, torch_rows=()):
     dev = jax.devices(platform)[0]
     kind = getattr(dev, "device_kind", platform)
     today = datetime.date.today().isoformat()
@@ -224,11 +237,12 @@ def _markdown(platform, conv, decode):
            "Median times. 'copy' is a same-size `-x` pass measured in the same run "
            "(each byte of x read and written once); 'of copy bw' = copy time / forward time. "
            "fwd+bwd is `jax.grad` of `sum(y * g)` w.r.t. x, weight, bias. Width 4.", "",
-           "| shape (B,D,L) dtype | impl | fwd ms | fwd+bwd ms | copy ms | of copy bw |",
-           "|---|---|---:|---:|---:|---:|"]
-    for r in conv:
-        out.append(f"| {r['shape']} | {r['impl']} | {r['fwd_ms']:.4f} | {r['fwdbwd_ms']:.4f} | "
-                   f"{r['copy_ms']:.4f} | {r['frac']:.1%} |")
+           "'ours faster' = that row's time / ours, same shape, same run (fwd / fwd+bwd).", ""]
+    out += _table(conv, "ours")
+    if torch_rows:
+        out += ["", "PyTorch, same run: our kernels through `jax_causal_conv.torch` (DLPack) "
+                "against `F.conv1d(groups=D)`.", ""]
+        out += _table(list(torch_rows), "torch adapter (ours)")
     out += ["", "| decode (bf16, W=4, silu) | total us | us per layer/step | empty scan us |",
             "|---|---:|---:|---:|"]
     for r in decode:
@@ -259,7 +273,9 @@ def run_benchmarks(platform, out_md_path):
     with jax.default_device(jax.devices(platform)[0]):
         conv = bench_conv(platform)
         decode = bench_decode(platform)
-    text = _markdown(platform, conv, decode)
+    from .bench_torch import torch_benchmarks  # [] without torch
+    torch_rows = torch_benchmarks("cuda" if platform == "gpu" else "cpu")
+    text = _markdown(platform, conv, decode, torch_rows)
     write_section(out_md_path, platform, text)
     return text
 
