@@ -25,11 +25,13 @@ struct TileSmem {
   __host__ __device__ TileSmem(int W, bool runtime_width, int kTile) {
     const int H = W - 1;
     P = BodyOffset(H);
+    // Fixed width keeps x and g in registers: only m and the dy halo here.
+    const int body = runtime_width ? kTile + H : 0;
     xs = 0;                        // [P + kTile + H]: x at t0 - P ..
-    gs = xs + P + kTile + H;       // [kTile + H]: g at t0 ..
-    ms = gs + kTile + H;           // [kTile + H]: m at t0 .. (int)
+    gs = xs + (runtime_width ? P + kTile + H : 0);  // [kTile + H]: g at t0 ..
+    ms = gs + body;                // [kTile + H]: m at t0 .. (int)
     hs = ms + kTile + H;           // [kTile + H]: history row at t0 .. (int)
-    dys = hs + kTile + H;          // [H]: dy at the H steps after the tile
+    dys = hs + body;               // [H]: dy at the H steps after the tile
     wsm = dys + H;                 // [W] weights (run-time width)
     red = wsm + (runtime_width ? W : 0);  // [warps][W + 1] reduction (fixed width)
     // (+4: the compiler may read a few words past the weights with wide loads)
@@ -46,7 +48,7 @@ __device__ __forceinline__ float TapValue(const ConvArgs& a, const float* win, i
   return hrow >= 0 ? LoadState<T>(a, a.initial_states, hrow, d, k + m) : 0.f;
 }
 
-template <typename T, int kW>
+template <typename T, int kW, bool kMasked>
 __global__ void __launch_bounds__(kThreads, 4)
     BwdTileKernel(const ConvArgs a, int64_t ntile, int64_t tiles_per_block, int64_t nblocks,
                   float* ws, bool vec) {
@@ -72,7 +74,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   T* dx = static_cast<T*>(a.dx);
   const Layout3 xl = a.x_layout();
   const bool silu = a.act == Activation::kSilu;
-  const bool masked = a.mode != SegmentMode::kRow;
+  constexpr bool masked = kMasked;  // seq_idx / varlen: steps near sequence starts
   const int64_t nchunk = CeilDiv(ntile, tiles_per_block);
   const int64_t bpg = a.batch_per_group();
   const int64_t nparts = bpg * nchunk;
@@ -165,14 +167,23 @@ __global__ void __launch_bounds__(kThreads, 4)
 #pragma unroll
             for (int k = 0; k < kW; ++k) dwp[k] += g * tv[k];
             dwp[kW] += g;
-            if (dfin) {
-              int64_t frow = b, fs = a.len - H;
-              if (a.mode == SegmentMode::kVarlen) frow = cur.frow, fs = cur.hi - H;
-              if (frow >= 0 && t >= fs) dfv[j] = LoadState<T>(a, dfin, frow, d, t - fs);
-            }
           }
           gr[j] = g;
           if (masked) ms[threadIdx.x * kRun + j] = m;
+        }
+        if (dfin) {  // the final-states cotangent on each sequence's last H inputs
+          SegCursor fc;
+          if (a.mode == SegmentMode::kVarlen) fc.Init(a, b, r0, H);
+#pragma unroll
+          for (int j = 0; j < kRun; ++j) {
+            const int64_t t = r0 + j;
+            int64_t frow = b, fs = a.len - H;
+            if (a.mode == SegmentMode::kVarlen) {
+              if (j) fc.Next(a, b, t);
+              frow = fc.frow, fs = fc.hi - H;
+            }
+            if (t < a.len && frow >= 0 && t >= fs) dfv[j] = LoadState<T>(a, dfin, frow, d, t - fs);
+          }
         }
         // Heads: row r = thread r's first H g values; row kThreads = the H
         // steps after the tile, computed here by threads 0 .. H-1.
@@ -389,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 4)
 // Channels-last, W <= 4: thread = kClV channels x a slice of kClSteps steps,
 // walking forwards. g is computed at step t and dx is emitted H steps later,
 // once every g it needs is known.
-template <typename T, int kW>
+template <typename T, int kW, bool kMasked>
 __global__ void __launch_bounds__(kClX * kClY, 3)
     BwdClKernel(const ConvArgs a, int64_t nchunk, float* ws, bool vec) {
   constexpr int H = kW - 1, kV = kClV;
@@ -401,7 +412,7 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
   const int64_t te = Min64(L, ts + kClSteps);
   const bool active = c0 < D && ts < te;
   const bool silu = a.act == Activation::kSilu;
-  const bool masked = a.mode != SegmentMode::kRow;
+  constexpr bool masked = kMasked;  // seq_idx / varlen: steps near sequence starts
   const int64_t bpg = a.batch_per_group(), grp = b / bpg;
   const int64_t wbase = grp * D;
   const T* dfin = static_cast<const T*>(a.dfinal_states);
@@ -657,15 +668,16 @@ cudaError_t LaunchTile(const ConvArgs& a, const Plan& p, float* ws, cudaStream_t
   const int W = int(a.width);
   const TileSmem L(W, kW == 0, Tiling<T>::kTile);
   const size_t smem = sizeof(float) * L.total;
+  const bool masked = a.mode != SegmentMode::kRow;
+  auto* kernel = masked ? BwdTileKernel<T, kW, true> : BwdTileKernel<T, kW, false>;
   if (smem > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(BwdTileKernel<T, kW>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
   }
   const bool vec = !a.channels_last && (a.len * sizeof(T)) % 16 == 0 && Aligned(a.x, 16) &&
                    Aligned(a.dy, 16) && Aligned(a.dx, 16);
   const unsigned grid = unsigned(std::min<int64_t>(p.nblocks, INT_MAX));
-  BwdTileKernel<T, kW><<<grid, kThreads, smem, stream>>>(a, p.ntile, p.tpb, p.nblocks, ws, vec);
+  kernel<<<grid, kThreads, smem, stream>>>(a, p.ntile, p.tpb, p.nblocks, ws, vec);
   return cudaGetLastError();
 }
 
@@ -675,7 +687,10 @@ cudaError_t LaunchCl(const ConvArgs& a, const Plan& p, float* ws, cudaStream_t s
   const bool vec = a.dim % kClV == 0 && Aligned(a.x, bytes) && Aligned(a.dy, bytes) &&
                    Aligned(a.dx, bytes);
   const dim3 grid(unsigned(a.batch * p.nchunk), unsigned(CeilDiv(a.dim, int64_t(kClX) * kClV)));
-  BwdClKernel<T, kW><<<grid, dim3(kClX, kClY), 0, stream>>>(a, p.nchunk, ws, vec);
+  if (a.mode == SegmentMode::kRow)
+    BwdClKernel<T, kW, false><<<grid, dim3(kClX, kClY), 0, stream>>>(a, p.nchunk, ws, vec);
+  else
+    BwdClKernel<T, kW, true><<<grid, dim3(kClX, kClY), 0, stream>>>(a, p.nchunk, ws, vec);
   return cudaGetLastError();
 }
 

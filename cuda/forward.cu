@@ -48,7 +48,7 @@ __device__ __forceinline__ void MaskedFix(const ConvArgs& a, int64_t b, int64_t 
   }
 }
 
-template <typename T, int kW>
+template <typename T, int kW, bool kMasked>
 __global__ void __launch_bounds__(kThreads, 4)
     FwdTileKernel(const ConvArgs a, int64_t ntile, int64_t tiles_per_block, int64_t nblocks,
                   bool vec) {
@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   T* y = static_cast<T*>(a.y);
   const Layout3 xl = a.x_layout();
   const bool silu = a.act == Activation::kSilu;
-  const bool masked = a.mode != SegmentMode::kRow;
+  constexpr bool masked = kMasked;  // seq_idx / varlen: steps near sequence starts
   const int64_t nchunk = CeilDiv(ntile, tiles_per_block);
 
   for (int64_t blk = blockIdx.x; blk < nblocks; blk += gridDim.x) {
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-template <typename T, int kW, int kV>
+template <typename T, int kW, int kV, bool kMasked>
 __global__ void __launch_bounds__(kClX * kClY, 3)
     FwdClKernel(const ConvArgs a, int64_t nchunk, bool vec) {
   constexpr int H = kW - 1;
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
   const int64_t te = Min64(L, ts + kClSteps);
   if (ts >= te) return;
   const bool silu = a.act == Activation::kSilu;
-  const bool masked = a.mode != SegmentMode::kRow;
+  constexpr bool masked = kMasked;  // seq_idx / varlen: steps near sequence starts
   const int64_t wbase = (b / a.batch_per_group()) * D;
 
   float w[kW][kV], bias[kV];
@@ -312,7 +312,10 @@ cudaError_t LaunchTile(const ConvArgs& a, cudaStream_t stream) {
   // (+4: the compiler may read a few words past the weights with wide loads)
   const size_t smem = kW > 0 ? 0 : sizeof(float) * (BodyOffset(H) + kTile + W + 4);
   const unsigned grid = unsigned(std::min<int64_t>(nblocks, INT_MAX));
-  FwdTileKernel<T, kW><<<grid, kThreads, smem, stream>>>(a, ntile, tpb, nblocks, vec);
+  if (a.mode == SegmentMode::kRow)
+    FwdTileKernel<T, kW, false><<<grid, kThreads, smem, stream>>>(a, ntile, tpb, nblocks, vec);
+  else
+    FwdTileKernel<T, kW, true><<<grid, kThreads, smem, stream>>>(a, ntile, tpb, nblocks, vec);
   return cudaGetLastError();
 }
 
@@ -325,8 +328,11 @@ cudaError_t LaunchCl(const ConvArgs& a, cudaStream_t stream) {
   const int bytes = kV * int(sizeof(T));
   const bool vec = a.dim % kV == 0 && Aligned(a.x, bytes) && Aligned(a.y, bytes) &&
                    (!a.residual || Aligned(a.residual, bytes));
-  FwdClKernel<T, kW, kV><<<dim3(unsigned(a.batch * nchunk), unsigned(gy)), dim3(kClX, kClY), 0, stream>>>(
-      a, nchunk, vec);
+  const dim3 grid(unsigned(a.batch * nchunk), unsigned(gy)), block(kClX, kClY);
+  if (a.mode == SegmentMode::kRow)
+    FwdClKernel<T, kW, kV, false><<<grid, block, 0, stream>>>(a, nchunk, vec);
+  else
+    FwdClKernel<T, kW, kV, true><<<grid, block, 0, stream>>>(a, nchunk, vec);
   return cudaGetLastError();
 }
 
