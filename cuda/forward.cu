@@ -86,12 +86,15 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
     const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
 
+    const int64_t tile_begin = chunk * tiles_per_block;
     const int64_t tile_end = Min64(ntile, (chunk + 1) * tiles_per_block);
-    for (int64_t tile = chunk * tiles_per_block; tile < tile_end; ++tile) {
+    // Fixed width: the next tile's run is loaded while this one is computed.
+    float v[kRun], vn[kRun];
+    for (int64_t tile = tile_begin; tile < tile_end; ++tile) {
       const int64_t t0 = tile * kTile;
       const int64_t r0 = t0 + threadIdx.x * kRun;
-      float v[kRun];
-      LoadRun<T>(xr, xl.s_time, r0, a.len, vec, v);
+      const bool more = tile + 1 < tile_end;
+      if (kW == 0 || tile == tile_begin) LoadRun<T>(xr, xl.s_time, r0, a.len, vec, v);
       if constexpr (kW > 0) {
         // Fixed width: each thread keeps its run in registers and publishes
         // its last H inputs; row 0 holds the H inputs before the tile.
@@ -113,6 +116,7 @@ __global__ void __launch_bounds__(kThreads, 4)
 
       float out[kRun];
       if constexpr (kW > 0) {
+        if (more) LoadRun<T>(xr, xl.s_time, r0 + kTile, a.len, vec, vn);
         // xw[j + k] is the input at step r0 + j - H + k.
         float xw[kRun + kHs];
 #pragma unroll
@@ -161,6 +165,12 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
       StoreRun<T>(yr, xl.s_time, r0, a.len, vec, out);
       __syncthreads();  // xs is refilled by the next tile
+      if constexpr (kW > 0) {
+        if (more) {
+#pragma unroll
+          for (int j = 0; j < kRun; ++j) v[j] = vn[j];
+        }
+      }
     }
   }
 }
@@ -304,8 +314,9 @@ cudaError_t LaunchTile(const ConvArgs& a, cudaStream_t stream) {
   const int W = int(a.width), H = W - 1;
   const int64_t ntile = CeilDiv(a.len, kTile);
   const int64_t rows = a.batch * a.dim;
-  // About 32k blocks: enough to fill the chip, few enough to amortise setup.
-  const int64_t tpb = std::clamp<int64_t>(rows * ntile / 32768, 1, ntile);
+  // About 8k blocks (several tiles each, the next one prefetched): enough to
+  // fill the chip many times over.
+  const int64_t tpb = std::clamp<int64_t>(rows * ntile / 8192, 1, ntile);
   const int64_t nblocks = rows * CeilDiv(ntile, tpb);
   const bool vec = !a.channels_last && (a.len * sizeof(T)) % 16 == 0 && Aligned(a.x, 16) &&
                    Aligned(a.y, 16) && (!a.residual || Aligned(a.residual, 16));

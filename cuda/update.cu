@@ -1,6 +1,7 @@
 // Decode: the causal conv of S new tokens against a rolling or circular state,
 // and the extraction of per-sequence states from a packed prefill.
 #include <algorithm>
+#include <cstdint>
 
 #include "common.cuh"
 #include "launchers.h"
@@ -13,7 +14,14 @@ template <typename T>
 __global__ void UpdateKernel(const UpdateArgs u) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= u.batch * u.dim) return;
-  const int64_t b = i / u.dim, d = i % u.dim;
+  // 32-bit division where the sizes allow (the hot decode path is latency-bound).
+  int64_t b, d, g;
+  if (u.batch * u.dim <= INT32_MAX) {
+    const uint32_t ui = uint32_t(i), dim = uint32_t(u.dim);
+    b = ui / dim, d = ui % dim, g = uint32_t(b) / uint32_t(u.batch / u.groups);
+  } else {
+    b = i / u.dim, d = i % u.dim, g = b / (u.batch / u.groups);
+  }
   const int64_t W = u.width, H = W - 1, S = u.seqlen, SL = u.state_len;
   const T* xr = static_cast<const T*>(u.x) + i * S;
   T* yr = static_cast<T*>(u.y) + i * S;
@@ -23,7 +31,7 @@ __global__ void UpdateKernel(const UpdateArgs u) {
     return;
   }
   T* st = static_cast<T*>(u.conv_state) + (slot * u.dim + d) * SL;
-  const int64_t wrow = (b / (u.batch / u.groups)) * u.dim + d;
+  const int64_t wrow = g * u.dim + d;
   const bool silu = u.act == Activation::kSilu;
   const float bias = u.bias ? LoadAnyF(u.bias, u.b_dtype, wrow) : 0.f;
   // Circular buffer: the oldest of the H entries we need sits at `head`.
@@ -31,30 +39,41 @@ __global__ void UpdateKernel(const UpdateArgs u) {
   int64_t head = SL - H;
   if (u.cache_seqlens && SL > 0) head = ((c - H) % SL + SL) % SL;
 
-  if (W <= 4 && S == 1) {  // the decode hot path: everything in registers
+  if (W <= 4 && S == 1 && SL <= 4) {  // the decode hot path: everything in registers
+    // The whole state row (rolling) or the H entries before `head` (circular),
+    // all loads issued before any store.
     float w[4] = {0.f, 0.f, 0.f, 0.f}, xp[4] = {0.f, 0.f, 0.f, 0.f};
+    T row[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
       if (k < W) w[k] = LoadAnyF(u.weight, u.w_dtype, wrow * W + k);
-#pragma unroll
-    for (int j = 0; j < 3; ++j)
-      if (j < H) {
-        int64_t q = head + j;
-        if (q >= SL) q -= SL;
-        xp[j] = ToF(st[q]);
-      }
     const T xin = xr[0];
-    xp[H] = ToF(xin);
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      if (q < SL) row[q] = st[q];
+    // xp[j] = state entry head + j (mod SL) for j < H, then the new input.
+#pragma unroll
+    for (int j = 0; j < 3; ++j) {
+      int64_t q = head + j;
+      if (q >= SL) q -= SL;
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        if (j < H && r == q) xp[j] = ToF(row[r]);
+    }
     float acc = bias;
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (k < W) acc += w[k] * xp[k];
+    for (int k = 0; k < 4; ++k) {
+      const float xv = k == H ? ToF(xin) : xp[k];
+      if (k < W) acc += w[k] * xv;
+    }
     yr[0] = FromF<T>(Activate(acc, silu));
     if (SL == 0) return;
     if (u.cache_seqlens) {
       st[((c % SL) + SL) % SL] = xin;
     } else {
-      for (int64_t q = 0; q + 1 < SL; ++q) st[q] = st[q + 1];
+#pragma unroll
+      for (int q = 0; q + 1 < 4; ++q)
+        if (q + 1 < SL) st[q] = row[q + 1];
       st[SL - 1] = xin;
     }
     return;
