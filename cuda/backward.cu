@@ -639,13 +639,20 @@ __global__ void DInitKernel(const ConvArgs a) {
 }
 
 struct Plan {
+  bool stream = false;   // backward_stream.cu's kernel
   bool cl = false;       // channels-last kernel
   int64_t ntile = 0, tpb = 1, nblocks = 0, nchunk = 0, nparts = 0;
 };
 
-Plan MakePlan(const ConvArgs& a) {
+Plan MakePlan(const ConvArgs& a, bool allow_stream = true) {
   Plan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
+  if (const int64_t tiles = allow_stream ? StreamingBackwardTiles(a) : 0) {
+    p.stream = true;
+    p.nchunk = tiles;
+    p.nparts = a.batch_per_group() * p.nchunk;
+    return p;
+  }
   p.cl = a.channels_last && a.width >= 2 && a.width <= 4;
   if (p.cl) {
     p.nchunk = CeilDiv(a.len, int64_t(kClSteps) * kClY);
@@ -699,7 +706,9 @@ cudaError_t BackwardT(const ConvArgs& a, float* ws, cudaStream_t stream) {
   const Plan p = MakePlan(a);
   cudaError_t err = cudaSuccess;
   if (p.nparts > 0) {
-    if (p.cl) {
+    if (p.stream) {
+      err = BackwardStreaming(a, ws, stream);
+    } else if (p.cl) {
       switch (a.width) {
         case 2: err = LaunchCl<T, 2>(a, p, ws, stream); break;
         case 3: err = LaunchCl<T, 3>(a, p, ws, stream); break;
@@ -731,8 +740,10 @@ cudaError_t BackwardT(const ConvArgs& a, float* ws, cudaStream_t stream) {
 }  // namespace
 
 size_t BackwardWorkspaceBytes(const ConvArgs& a) {
-  const Plan p = MakePlan(a);
-  return size_t(std::max<int64_t>(a.groups * p.nparts * a.dim * (a.width + 1), 1)) * sizeof(float);
+  // Enough for either plan: the streaming one also depends on the pointers'
+  // alignment, which a caller sizing the workspace may not know yet.
+  const int64_t parts = std::max(MakePlan(a, true).nparts, MakePlan(a, false).nparts);
+  return size_t(std::max<int64_t>(a.groups * parts * a.dim * (a.width + 1), 1)) * sizeof(float);
 }
 
 cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream) {

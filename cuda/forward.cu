@@ -350,7 +350,9 @@ cudaError_t LaunchCl(const ConvArgs& a, cudaStream_t stream) {
 template <typename T>
 cudaError_t ForwardT(const ConvArgs& a, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
-  if (a.batch > 0 && a.dim > 0 && a.len > 0) {
+  if (a.batch > 0 && a.dim > 0 && a.len > 0 && TryForwardStreaming(a, stream, &err)) {
+    if (err != cudaSuccess) return err;
+  } else if (a.batch > 0 && a.dim > 0 && a.len > 0) {
     if (a.channels_last) {
       switch (a.width) {
         case 2: err = LaunchCl<T, 2>(a, stream); break;

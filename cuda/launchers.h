@@ -15,10 +15,21 @@ namespace jcc::cuda {
 // y (and final_states) from x. float32/float16/bfloat16 x only.
 cudaError_t Forward(const ConvArgs& a, cudaStream_t stream);
 
+// The streaming kernel of forward_stream.cu for y, when the problem fits it
+// (channels-first, no seq_idx/varlen, width <= 4, aligned rows): returns
+// false, launching nothing, otherwise.
+bool TryForwardStreaming(const ConvArgs& a, cudaStream_t stream, cudaError_t* err);
+
 // dx, dweight, dbias, dinitial_states. dweight/dbias are reduced in a fixed
 // order through `workspace` (BackwardWorkspaceBytes(a) bytes of device memory,
 // 16-byte aligned, contents ignored), so results are bitwise reproducible.
 size_t BackwardWorkspaceBytes(const ConvArgs& a);
+
+// The streaming backward of backward_stream.cu: its tiles per row when the
+// problem fits it (as TryForwardStreaming), else 0; and its launch, writing
+// per-tile partials to the workspace that Backward then reduces.
+int64_t StreamingBackwardTiles(const ConvArgs& a);
+cudaError_t BackwardStreaming(const ConvArgs& a, float* ws, cudaStream_t stream);
 cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream);
 
 // Decode step, in place on u.conv_state (the caller copies the old state

@@ -76,7 +76,9 @@ def grads(f, argnums):
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_forward_backward(dtype, W, cl):
     rng = np.random.default_rng(W * 7 + cl)
-    for (B, D, L) in [(2, 40, 67), (3, 16, 2)]:
+    # (2,12,520) and (1,3,4104): rows of whole 16-byte vectors, one partial
+    # tile and several tiles, for the streaming kernels (forward_stream.cu).
+    for (B, D, L) in [(2, 40, 67), (3, 16, 2), (2, 12, 520), (1, 3, 4104)]:
         x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
         res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
         for act in (None, "silu"):

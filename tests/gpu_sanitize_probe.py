@@ -1,0 +1,45 @@
+"""A few forward and backward calls on shapes that take every CUDA path
+(streaming, tiled, channels-last; partial and multiple tiles), compared with
+the CPU kernels, small enough to run under compute-sanitizer:
+
+    compute-sanitizer --tool memcheck python3 tests/gpu_sanitize_probe.py
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_causal_conv as jcc
+
+cpu = jax.devices("cpu")[0]
+rng = np.random.default_rng(0)
+n = 0
+CONFIGS = [  # dtype, (B, D, L), W, channels_last
+    (jnp.bfloat16, (2, 12, 520), 4, False),   # streaming, one partial tile
+    (jnp.bfloat16, (1, 3, 4104), 2, False),   # streaming, several tiles
+    (jnp.float32, (1, 3, 4104), 4, False),
+    (jnp.float32, (2, 12, 520), 1, False),
+    (jnp.bfloat16, (2, 5, 67), 4, False),     # tiled (rows not whole vectors)
+    (jnp.bfloat16, (2, 12, 520), 4, True),    # channels-last
+    (jnp.float32, (2, 5, 67), 5, True),       # general width
+]
+for dt, (B, D, L), W, cl in CONFIGS:
+    shape = (B, L, D) if cl else (B, D, L)
+    x = jnp.asarray(rng.standard_normal(shape), dt)
+    h = jnp.asarray(rng.standard_normal((B, W - 1, D) if cl else (B, D, W - 1)), dt)
+    r = jnp.asarray(rng.standard_normal(shape), dt)
+    w, b = jnp.asarray(rng.standard_normal((D, W)), dt), jnp.asarray(rng.standard_normal((D,)), dt)
+
+    def loss(x, w, b, h, r):
+        y, f = jcc.causal_conv1d(x, w, b, activation="silu", residual=r, initial_states=h,
+                                 return_final_states=True, channels_last=cl)
+        return jnp.sum(y.astype(jnp.float32) ** 2) + jnp.sum(f.astype(jnp.float32))
+
+    g = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))
+    out = g(x, w, b, h, r)
+    ref = g(*(jax.device_put(a, cpu) for a in (x, w, b, h, r)))
+    for a, e in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):
+        a, e = np.asarray(a, np.float32), np.asarray(e, np.float32)
+        tol = 0.05 if dt == jnp.bfloat16 else 1e-3
+        assert np.allclose(a, e, rtol=tol, atol=tol * (1 + np.abs(e).max(initial=0))), (dt, B, D, L, W, cl)
+    n += 1
+print(f"PROBE OK: {n} configurations")
