@@ -20,41 +20,19 @@ struct StreamVec {
   static constexpr int kN = 16 / int(sizeof(T));
 };
 
-constexpr int kMaxVecs = 4;  // vectors per thread (as in forward_stream.cu)
-
-int StreamVecs(int64_t len, int n) {
-  const int64_t per_thread = CeilDiv(len, int64_t(kStreamThreads) * n);
-  return int(per_thread < kMaxVecs ? per_thread : kMaxVecs);
-}
-
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads)
-    BwdStreamKernel(const ConvArgs a, int64_t tiles_per_row, int vecs, float* ws) {
+    BwdStreamKernel(const ConvArgs a, int64_t tiles_per_row, float* ws) {
   constexpr int N = StreamVec<T>::kN;
   constexpr int H = kW - 1;
   constexpr int kHist = H > 0 ? H : 1;
   const int64_t row = blockIdx.x / tiles_per_row, tile = blockIdx.x % tiles_per_row;
-  const int64_t base = tile * (int64_t(kStreamThreads) * N * vecs);
-  const int64_t L = a.len, b = row / a.dim, d = row - b * a.dim;
+  const int64_t t0 = tile * (int64_t(kStreamThreads) * N) + int64_t(threadIdx.x) * N;
+  const bool active = t0 < a.len;
+  const int64_t L = a.len, b = row / a.dim, d = row % a.dim;
   const int lane = threadIdx.x & 31;
   const T* xrow = static_cast<const T*>(a.x) + row * L;
   const T* dyrow = static_cast<const T*>(a.dy) + row * L;
-
-  // win[u] = x[t0 - H .. t0 + N) of vector u; its own steps loaded first
-  float win[kMaxVecs][H + N], dyv[kMaxVecs][N];
-#pragma unroll
-  for (int u = 0; u < kMaxVecs; ++u) {
-    if (u >= vecs) break;
-    const int64_t t0 = base + (int64_t(u) * kStreamThreads + threadIdx.x) * N;
-    float* v = win[u] + H;
-    if (t0 < L) {
-      LoadVec<T, N>(xrow + t0, *reinterpret_cast<float(*)[N]>(v));
-      LoadVec<T, N>(dyrow + t0, dyv[u]);
-    } else {
-#pragma unroll
-      for (int j = 0; j < N; ++j) v[j] = dyv[u][j] = 0.f;
-    }
-  }
 
   const int64_t wrow = (b / a.batch_per_group()) * a.dim + d;
   float w[kW];
@@ -78,50 +56,59 @@ __global__ void __launch_bounds__(kStreamThreads)
     return ActGrad(pre, ToF(dyrow[p]), true);
   };
 
+  // win = x[t0 - H .. t0 + N)
+  float win[H + N];
+  float* v = win + H;
+  float dyv[N];
+  if (active) {
+    LoadVec<T, N>(xrow + t0, *reinterpret_cast<float(*)[N]>(v));
+    LoadVec<T, N>(dyrow + t0, dyv);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) v[j] = dyv[j] = 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < H; ++j) win[j] = __shfl_up_sync(0xffffffffu, v[N - H + j], 1);
+  if (lane == 0 && active) {
+#pragma unroll
+    for (int j = 0; j < H; ++j) win[j] = x_at(t0 - H + j);
+  }
+
+  // ge = g[t0 .. t0 + N + H): own steps, then the next H from lane + 1
+  float ge[N + kHist];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if (silu) {
+      float pre = bias;
+#pragma unroll
+      for (int k = 0; k < kW; ++k) pre += w[k] * win[i + k];
+      ge[i] = active ? ActGrad(pre, dyv[i], true) : 0.f;
+    } else {
+      ge[i] = dyv[i];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < H; ++j) ge[N + j] = __shfl_down_sync(0xffffffffu, ge[j], 1);
+  if (lane == 31 && active) {
+#pragma unroll
+    for (int j = 0; j < H; ++j) ge[N + j] = g_at(t0 + N + j);
+  }
+
   // partial dweight (k < W) and dbias (k == W) of this thread's steps
   float part[kW + 1];
 #pragma unroll
   for (int k = 0; k <= kW; ++k) part[k] = 0.f;
-  const int64_t fin0 = L - H;  // first step whose input is also a final state
-
-#pragma unroll
-  for (int u = 0; u < kMaxVecs; ++u) {
-    if (u >= vecs) break;
-    const int64_t t0 = base + (int64_t(u) * kStreamThreads + threadIdx.x) * N;
-    const bool active = t0 < L;
-    float* v = win[u] + H;
-#pragma unroll
-    for (int j = 0; j < H; ++j) win[u][j] = __shfl_up_sync(0xffffffffu, v[N - H + j], 1);
-    if (lane == 0 && active) {
-#pragma unroll
-      for (int j = 0; j < H; ++j) win[u][j] = x_at(t0 - H + j);
-    }
-    // ge = g[t0 .. t0 + N + H): own steps, then the next H from lane + 1
-    float ge[N + kHist];
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      if (silu) {
-        float pre = bias;
-#pragma unroll
-        for (int k = 0; k < kW; ++k) pre += w[k] * win[u][i + k];
-        ge[i] = active ? ActGrad(pre, dyv[u][i], true) : 0.f;
-      } else {
-        ge[i] = dyv[u][i];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < H; ++j) ge[N + j] = __shfl_down_sync(0xffffffffu, ge[j], 1);
-    if (lane == 31 && active) {
-#pragma unroll
-      for (int j = 0; j < H; ++j) ge[N + j] = g_at(t0 + N + j);
-    }
-    if (!active) continue;
-    float dx[N];
+  if (active) {
 #pragma unroll
     for (int i = 0; i < N; ++i) {
 #pragma unroll
-      for (int k = 0; k < kW; ++k) part[k] += ge[i] * win[u][i + k];
+      for (int k = 0; k < kW; ++k) part[k] += ge[i] * win[i + k];
       part[kW] += ge[i];
+    }
+    float dx[N];
+    const int64_t fin0 = L - H;  // first step whose input is also a final state
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
       float acc = 0.f;
 #pragma unroll
       for (int k = 0; k < kW; ++k) acc += w[k] * ge[i + H - k];
@@ -155,9 +142,8 @@ __global__ void __launch_bounds__(kStreamThreads)
 template <typename T, int kW>
 cudaError_t LaunchBwdStream(const ConvArgs& a, float* ws, cudaStream_t stream) {
   const int64_t tiles = StreamingBackwardTiles(a);
-  const int vecs = StreamVecs(a.len, 16 / int(sizeof(T)));
   BwdStreamKernel<T, kW><<<unsigned(a.batch * a.dim * tiles), kStreamThreads, 0, stream>>>(
-      a, tiles, vecs, ws);
+      a, tiles, ws);
   return cudaGetLastError();
 }
 
@@ -181,7 +167,7 @@ int64_t StreamingBackwardTiles(const ConvArgs& a) {
                     a.width <= 4 && a.len > 0 && a.len % n == 0 && Aligned16(a.x) &&
                     Aligned16(a.dy) && Aligned16(a.dx);
   if (!fits) return 0;
-  const int64_t tiles = CeilDiv(a.len, int64_t(kStreamThreads) * n * StreamVecs(a.len, int(n)));
+  const int64_t tiles = CeilDiv(a.len, int64_t(kStreamThreads) * n);
   return a.batch * a.dim * tiles <= INT32_MAX ? tiles : 0;
 }
 

@@ -17,37 +17,43 @@ struct StreamVec {
   static constexpr int kN = 16 / int(sizeof(T));  // elements per thread
 };
 
-// Up to kMaxVecs vectors per thread, `vecs` of them used (uniform per launch):
-// the row/weight set-up is paid once and the loads are issued back to back.
-constexpr int kMaxVecs = 4;
-
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads)
-    FwdStreamKernel(const ConvArgs a, int64_t tiles_per_row, int vecs) {
+    FwdStreamKernel(const ConvArgs a, int64_t tiles_per_row) {
   constexpr int N = StreamVec<T>::kN;
   constexpr int H = kW - 1;
   static_assert(H < N, "halo must come from one neighbour");
-  const int64_t row = blockIdx.x / tiles_per_row;  // b * dim + d
-  const int64_t base = (blockIdx.x % tiles_per_row) * (int64_t(kStreamThreads) * N * vecs);
-  const int64_t b = row / a.dim, d = row - b * a.dim;
+  const int64_t blk = blockIdx.x;
+  const int64_t row = blk / tiles_per_row;  // b * dim + d
+  const int64_t t0 = (blk % tiles_per_row) * (int64_t(kStreamThreads) * N) +
+                     int64_t(threadIdx.x) * N;
+  const bool active = t0 < a.len;
+  const int64_t b = row / a.dim, d = row % a.dim;
   const T* xrow = static_cast<const T*>(a.x) + row * a.len;
-  const T* rrow = a.residual ? static_cast<const T*>(a.residual) + row * a.len : nullptr;
-  T* yrow = static_cast<T*>(a.y) + row * a.len;
-  const int lane = threadIdx.x & 31;
 
-  float v[kMaxVecs][N], r[kMaxVecs][N];
+  float v[N];
+  if (active) {
+    LoadVec<T, N>(xrow + t0, v);
+  } else {
 #pragma unroll
-  for (int u = 0; u < kMaxVecs; ++u) {
-    if (u >= vecs) break;
-    const int64_t t0 = base + (int64_t(u) * kStreamThreads + threadIdx.x) * N;
-    if (t0 < a.len) {
-      LoadVec<T, N>(xrow + t0, v[u]);
-      if (rrow) LoadVec<T, N>(rrow + t0, r[u]);
-    } else {
+    for (int j = 0; j < N; ++j) v[j] = 0.f;
+  }
+  // h[j] = x[t0 - H + j]
+  float h[H > 0 ? H : 1];
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-      for (int j = 0; j < N; ++j) v[u][j] = 0.f;
+  for (int j = 0; j < H; ++j) h[j] = __shfl_up_sync(0xffffffffu, v[N - H + j], 1);
+  if (lane == 0 && active) {
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+      const int64_t p = t0 - H + j;
+      if (p >= 0)
+        h[j] = ToF(xrow[p]);
+      else
+        h[j] = a.initial_states ? LoadState<T>(a, a.initial_states, b, d, H + p) : 0.f;
     }
   }
+  if (!active) return;
 
   const int64_t wrow = (b / a.batch_per_group()) * a.dim + d;
   float w[kW];
@@ -56,53 +62,30 @@ __global__ void __launch_bounds__(kStreamThreads)
   const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
   const bool silu = a.act == Activation::kSilu;
 
+  float r[N];
+  if (a.residual) LoadVec<T, N>(static_cast<const T*>(a.residual) + row * a.len + t0, r);
+  float out[N];
 #pragma unroll
-  for (int u = 0; u < kMaxVecs; ++u) {
-    if (u >= vecs) break;
-    const int64_t t0 = base + (int64_t(u) * kStreamThreads + threadIdx.x) * N;
-    // h[j] = x[t0 - H + j]: from lane - 1, or global memory / initial states at lane 0
-    float h[H > 0 ? H : 1];
+  for (int i = 0; i < N; ++i) {
+    float acc = bias;
 #pragma unroll
-    for (int j = 0; j < H; ++j) h[j] = __shfl_up_sync(0xffffffffu, v[u][N - H + j], 1);
-    if (lane == 0 && t0 < a.len) {
-#pragma unroll
-      for (int j = 0; j < H; ++j) {
-        const int64_t p = t0 - H + j;
-        h[j] = p >= 0 ? ToF(xrow[p])
-                      : (a.initial_states ? LoadState<T>(a, a.initial_states, b, d, H + p) : 0.f);
-      }
+    for (int k = 0; k < kW; ++k) {
+      const int idx = i - H + k;  // compile-time after unrolling
+      acc += w[k] * (idx < 0 ? h[H + idx] : v[idx]);
     }
-    if (t0 >= a.len) continue;
-    float out[N];
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      float acc = bias;
-#pragma unroll
-      for (int k = 0; k < kW; ++k) {
-        const int idx = i - H + k;  // compile-time after unrolling
-        acc += w[k] * (idx < 0 ? h[H + idx] : v[u][idx]);
-      }
-      acc = Activate(acc, silu);
-      out[i] = rrow ? acc + r[u][i] : acc;
-    }
-    StoreVec<T, N>(yrow + t0, out);
+    acc = Activate(acc, silu);
+    out[i] = a.residual ? acc + r[i] : acc;
   }
-}
-
-// Vectors per thread: enough to cover short rows with few idle threads.
-inline int StreamVecs(int64_t len, int n) {
-  const int64_t per_thread = CeilDiv(len, int64_t(kStreamThreads) * n);
-  return int(per_thread < kMaxVecs ? per_thread : kMaxVecs);
+  StoreVec<T, N>(static_cast<T*>(a.y) + row * a.len + t0, out);
 }
 
 template <typename T, int kW>
 cudaError_t LaunchStream(const ConvArgs& a, cudaStream_t stream) {
   constexpr int N = StreamVec<T>::kN;
-  const int vecs = StreamVecs(a.len, N);
-  const int64_t tiles_per_row = CeilDiv(a.len, int64_t(kStreamThreads) * N * vecs);
+  const int64_t tiles_per_row = CeilDiv(a.len, int64_t(kStreamThreads) * N);
   const int64_t blocks = a.batch * a.dim * tiles_per_row;
   if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
-  FwdStreamKernel<T, kW><<<unsigned(blocks), kStreamThreads, 0, stream>>>(a, tiles_per_row, vecs);
+  FwdStreamKernel<T, kW><<<unsigned(blocks), kStreamThreads, 0, stream>>>(a, tiles_per_row);
   return cudaGetLastError();
 }
 
