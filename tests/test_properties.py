@@ -27,6 +27,16 @@ settings.register_profile("long", max_examples=10_000, deadline=None,
                           suppress_health_check=list(HealthCheck))
 settings.load_profile(os.environ.get("JCC_HYPOTHESIS_PROFILE", "ci"))
 
+# With JCC_HYPOTHESIS_LOG=FILE each passing example appends a line there, so a
+# long run stopped by a time limit still says how far it got.
+_LOG = os.environ.get("JCC_HYPOTHESIS_LOG")
+
+
+def _passed(name):
+    if _LOG:
+        with open(_LOG, "a") as f:
+            f.write(name + "\n")
+
 DT = st.sampled_from([jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16])
 
 
@@ -56,6 +66,7 @@ def test_conv_property(B, D, L, W, dtype, cl, bias, act, mode, residual, n_seq, 
     yr, fr = reference.causal_conv1d(x, w, b, **kw)
     close(y, yr, dtype, 1 + float(jnp.abs(yr.astype(jnp.float32)).max()))
     np.testing.assert_array_equal(np.asarray(f.astype(jnp.float32)), np.asarray(fr.astype(jnp.float32)))
+    _passed("conv")
 
 
 @given(lengths=st.lists(st.integers(0, 12), min_size=1, max_size=6), D=st.sampled_from([1, 9]),
@@ -76,6 +87,7 @@ def test_varlen_property(lengths, D, W, states, dtype, seed):
     np.testing.assert_array_equal(
         np.asarray(jcc.causal_conv1d_varlen_states(x, cu, sl).astype(jnp.float32)),
         np.asarray(reference.causal_conv1d_varlen_states(x, cu, sl).astype(jnp.float32)))
+    _passed("varlen")
 
 
 @given(chunks=st.lists(st.integers(1, 5), min_size=1, max_size=6), D=st.sampled_from([1, 9]),
@@ -99,3 +111,4 @@ def test_decode_schedule_property(chunks, D, W, extra, circular, start, seed):
         t += c
     want = reference.causal_conv1d(x, w, activation="silu")
     close(jnp.concatenate(ys, -1), want, jnp.float32, 10)
+    _passed("decode")
