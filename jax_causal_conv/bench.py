@@ -109,6 +109,14 @@ def _shapes(platform):
             ((4, 512, 2048), jnp.bfloat16, False), ((8, 128, 512), jnp.float32, False)]
 
 
+def add_row(rows, log, name, impl, t_fwd, t_fwdbwd, t_copy):
+    """Records one timed implementation (seconds) as a table row, and logs it."""
+    rows.append(dict(shape=name, impl=impl, fwd_ms=t_fwd * 1e3, fwdbwd_ms=t_fwdbwd * 1e3,
+                     copy_ms=t_copy * 1e3, frac=t_copy / t_fwd))
+    log(f"{name:34s} {impl:22s} fwd {t_fwd*1e3:8.4f} ms  fwd+bwd {t_fwdbwd*1e3:8.4f} ms  "
+        f"copy {t_copy*1e3:8.4f} ms  ({t_copy / t_fwd:5.1%} of copy bw)")
+
+
 def bench_conv(platform, W=4, log=print):
     rows = []
     rng = np.random.default_rng(0)
@@ -139,10 +147,7 @@ def bench_conv(platform, W=4, log=print):
             except Exception as e:  # a baseline that does not run here
                 log(f"{name} {impl}: {type(e).__name__}: {e}")
                 continue
-            rows.append(dict(shape=name, impl=impl, fwd_ms=t_f * 1e3, fwdbwd_ms=t_b * 1e3,
-                             copy_ms=t_copy * 1e3, frac=t_copy / t_f))
-            log(f"{name:28s} {impl:16s} fwd {t_f*1e3:8.4f} ms  fwd+bwd {t_b*1e3:8.4f} ms  "
-                f"copy {t_copy*1e3:8.4f} ms  ({t_copy / t_f:5.1%} of copy bw)")
+            add_row(rows, log, name, impl, t_f, t_b, t_copy)
     return rows
 
 

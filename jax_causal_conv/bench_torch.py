@@ -53,6 +53,7 @@ def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
         log("torch benchmarks skipped: no CUDA device")
         return []
     from . import torch as jt
+    from .bench import add_row
 
     def ours(x, w, b):
         return jt.causal_conv1d_fn(x, w, b)
@@ -88,8 +89,5 @@ def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
             except Exception as e:  # a baseline that does not run here
                 log(f"{name} {impl}: {type(e).__name__}: {e}")
                 continue
-            rows.append(dict(shape=name, impl=impl, fwd_ms=t_f * 1e3, fwdbwd_ms=t_b * 1e3,
-                             copy_ms=t_copy * 1e3, frac=t_copy / t_f))
-            log(f"{name:34s} {impl:22s} fwd {t_f*1e3:8.4f} ms  fwd+bwd {t_b*1e3:8.4f} ms  "
-                f"copy {t_copy*1e3:8.4f} ms  ({t_copy / t_f:5.1%} of copy bw)")
+            add_row(rows, log, name, impl, t_f, t_b, t_copy)
     return rows
