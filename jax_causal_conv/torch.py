@@ -197,23 +197,30 @@ def _fwd_fake(x, weight, bias, seq_idx, initial_states, return_final_states, act
     return y, fs
 
 
+def _bwd_outputs(x, weight, bias, has_init, channels_last, states_channels_last):
+    """The backward's empty results (dx, dweight, dbias, dinitial_states), shared
+    by the real op and its fake so their layouts always agree."""
+    B, D, L = x.shape
+    W = weight.shape[1]
+    dx = _empty3(B, D, L, channels_last, x)
+    dw = torch.empty((D, W), dtype=weight.dtype, device=x.device)
+    db = (torch.empty((D,), dtype=bias.dtype, device=x.device) if bias is not None
+          else x.new_empty((0,)))
+    di = _empty3(B, D, W - 1, states_channels_last, x) if has_init else x.new_empty((0,))
+    return dx, dw, db, di
+
+
 @torch.library.custom_op("jax_causal_conv::causal_conv1d_bwd", mutates_args=())
 def _bwd_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], seq_idx: Optional[Tensor],
             initial_states: Optional[Tensor], dy: Tensor, dfinal_states: Optional[Tensor],
             activation: int, channels_last: bool,
             states_channels_last: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    B, D, L = x.shape
-    W = weight.shape[1]
     x = _dense(x, channels_last)
     dy = _dense(dy, channels_last)
     init = None if initial_states is None else _dense(initial_states, states_channels_last)
     dfs = None if dfinal_states is None else _dense(dfinal_states, states_channels_last)
-    dx = _empty3(B, D, L, channels_last, x)
-    dw = torch.empty((D, W), dtype=weight.dtype, device=x.device)
-    db = (torch.empty((D,), dtype=bias.dtype, device=x.device) if bias is not None
-          else x.new_empty((0,)))
-    di = (_empty3(B, D, W - 1, states_channels_last, x) if init is not None
-          else x.new_empty((0,)))
+    dx, dw, db, di = _bwd_outputs(x, weight, bias, init is not None, channels_last,
+                                  states_channels_last)
     w3 = _det(weight.contiguous()).unsqueeze(0)
     b2 = None if bias is None else _det(bias.contiguous()).unsqueeze(0)
     xk, ik = _kernel_view(x, channels_last), _kernel_view(init, states_channels_last)
@@ -237,15 +244,8 @@ def _bwd_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], seq_idx: Optional
 @_bwd_op.register_fake
 def _bwd_fake(x, weight, bias, seq_idx, initial_states, dy, dfinal_states, activation,
               channels_last, states_channels_last):
-    B, D, L = x.shape
-    W = weight.shape[1]
-    dx = _empty3(B, D, L, channels_last, x)
-    dw = torch.empty((D, W), dtype=weight.dtype, device=x.device)
-    db = (torch.empty((D,), dtype=bias.dtype, device=x.device) if bias is not None
-          else x.new_empty((0,)))
-    di = (_empty3(B, D, W - 1, states_channels_last, x) if initial_states is not None
-          else x.new_empty((0,)))
-    return dx, dw, db, di
+    return _bwd_outputs(x, weight, bias, initial_states is not None, channels_last,
+                        states_channels_last)
 
 
 def _fwd_setup_context(ctx, inputs, output):
