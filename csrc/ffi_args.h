@@ -311,6 +311,18 @@ inline ffi::Error MakeBackwardArgs(ConvArgs* a, JCC_BACKWARD_PARAMS) {
   return ffi::Error::Success();
 }
 
+// The backward targets' last result, bound after the attributes: uint8
+// scratch of BackwardWorkspaceBytes (the CUDA kernel's partial sums; the CPU
+// kernel ignores it, but checks it the same way).
+inline ffi::Error CheckWorkspace(const ConvArgs& a, ffi::Result<ffi::AnyBuffer> workspace) {
+  const int64_t need = BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width);
+  const auto wd = workspace->dimensions();
+  if (workspace->element_type() != ffi::DataType::U8 || wd.size() != 1 || wd[0] < need)
+    return Invalid("workspace must be a uint8 vector of at least " + std::to_string(need) +
+                   " bytes, got " + ShapeStr(wd));
+  return ffi::Error::Success();
+}
+
 inline ffi::Error MakeUpdateArgs(UpdateArgs* u, JCC_UPDATE_PARAMS) {
   auto xd = x.dimensions();
   if (xd.size() != 3) return Invalid("x must have rank 3 (batch, dim, seqlen), got " + ShapeStr(xd));

@@ -18,9 +18,10 @@ ffi::Error CpuForward(JCC_FORWARD_PARAMS) {
   return ffi::Error::Success();
 }
 
-ffi::Error CpuBackward(JCC_BACKWARD_PARAMS) {
+ffi::Error CpuBackward(JCC_BACKWARD_PARAMS, ffi::Result<ffi::AnyBuffer> workspace) {
   ConvArgs a;
   JCC_RETURN_IF_ERROR(MakeBackwardArgs(&a, JCC_BACKWARD_NAMES));
+  JCC_RETURN_IF_ERROR(CheckWorkspace(a, workspace));
   if (a.mode == SegmentMode::kVarlen)
     JCC_RETURN_IF_ERROR(CheckOffsetsOnHost(a.cu_seqlens, a.batch, a.num_seqs + 1, a.len));
   cpu::Backward(a);
@@ -55,7 +56,8 @@ ffi::Error CpuVarlenStates(JCC_VARLEN_STATES_PARAMS) {
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuForwardHandler, CpuForward, JCC_FORWARD_BINDING(ffi::Ffi::Bind()));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuBackwardHandler, CpuBackward, JCC_BACKWARD_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuBackwardHandler, CpuBackward,
+                              JCC_BACKWARD_BINDING(ffi::Ffi::Bind()).Ret<ffi::AnyBuffer>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuUpdateHandler, CpuUpdate, JCC_UPDATE_BINDING(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuVarlenStatesHandler, CpuVarlenStates,
                               JCC_VARLEN_STATES_BINDING(ffi::Ffi::Bind()));

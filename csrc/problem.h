@@ -41,6 +41,20 @@ struct Layout3 {
 //           final_states[b*N + n]. (A vmapped varlen call has batch > 1.)
 enum class SegmentMode : int { kRow = 0, kSeqIdx = 1, kVarlen = 2 };
 
+// Scratch the backward needs for its per-chunk partial weight/bias sums
+// (reduced afterwards in a fixed order, for bitwise-reproducible gradients):
+// one float per batch row, channel, tap-or-bias and chunk of time steps. No
+// CUDA backward plan gives a partial sum to fewer than kBackwardChunkMin
+// steps, so this bounds them all. The caller allocates it (XLA, as an extra
+// output: jax_causal_conv/_calls.py computes the same number; torch, through
+// the DLPack entry point), so the kernels allocate nothing.
+constexpr int64_t kBackwardChunkMin = 512;
+inline int64_t BackwardWorkspaceBytes(int64_t batch, int64_t dim, int64_t len, int64_t width) {
+  const int64_t chunks = (len + kBackwardChunkMin - 1) / kBackwardChunkMin;
+  const int64_t floats = batch * dim * (width + 1) * chunks;
+  return 4 * (floats > 0 ? floats : 1);
+}
+
 // Forward and backward of the causal depthwise convolution.
 //   y[b,d,t] = act(bias[g,d] + sum_k weight[g,d,k] * xp[b,d,t+k]) + residual[b,d,t]
 // with g = b / (batch / groups): a vmapped weight becomes `groups` > 1.

@@ -704,6 +704,10 @@ cudaError_t LaunchCl(const ConvArgs& a, const Plan& p, float* ws, cudaStream_t s
 template <typename T>
 cudaError_t BackwardT(const ConvArgs& a, float* ws, cudaStream_t stream) {
   const Plan p = MakePlan(a);
+  // Every plan's partial sums fit BackwardWorkspaceBytes (csrc/problem.h).
+  if (a.groups * p.nparts * a.dim * (a.width + 1) * 4 >
+      BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width))
+    return cudaErrorInvalidValue;
   cudaError_t err = cudaSuccess;
   if (p.nparts > 0) {
     if (p.stream) {
@@ -738,13 +742,6 @@ cudaError_t BackwardT(const ConvArgs& a, float* ws, cudaStream_t stream) {
 }
 
 }  // namespace
-
-size_t BackwardWorkspaceBytes(const ConvArgs& a) {
-  // Enough for either plan: the streaming one also depends on the pointers'
-  // alignment, which a caller sizing the workspace may not know yet.
-  const int64_t parts = std::max(MakePlan(a, true).nparts, MakePlan(a, false).nparts);
-  return size_t(std::max<int64_t>(a.groups * parts * a.dim * (a.width + 1), 1)) * sizeof(float);
-}
 
 cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream) {
   float* ws = static_cast<float*>(workspace);

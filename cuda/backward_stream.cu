@@ -1,104 +1,115 @@
-// Streaming backward for the hot case of forward_stream.cu (channels-first,
-// one sequence per row, width <= 4, 16-byte aligned rows). Each thread owns
-// one 16-byte vector of steps: x before it comes from lane - 1 and g after it
-// from lane + 1 by warp shuffles (the warp's edge lanes read global memory).
+// Streaming backward for the hot case of forward_stream.cu (see stream.cuh).
+// Each thread loads its kVecs vectors of x and dy at once, then walks them
+// from last to first:
 //   g[t] = dy[t] act'(pre[t]),  dx[t] = sum_k w[k] g[t + H - k] (+ dfinal tail)
-// Each block's partial dweight/dbias go to ws[g][part][d][W + 1] (as the tiled
-// kernels lay it out) for backward.cu's ReduceKernel to add in a fixed order;
-// dinitial_states is left to DInitKernel.
-#include "common.cuh"
+// The H inputs before a vector come from the lane before (lane 0: lane 31 of
+// the previous vector, or the chunk's history); the H values of g after a
+// vector from the lane after (lane 31: lane 0 of the next vector, or, past the
+// chunk, g recomputed from one extra x and dy vector that lane 31 loads with
+// the others). Each warp's partial dweight/dbias go to
+// ws[grp][part][d][W + 1] (part = (b % batch_per_group) * chunks + chunk) for
+// backward.cu's ReduceKernel to add in a fixed order; dinitial_states is left
+// to DInitKernel.
 #include "launchers.h"
+#include "stream.cuh"
 
 namespace jcc::cuda {
 namespace {
 
-constexpr int kStreamThreads = 256;
-constexpr int kWarps = kStreamThreads / 32;
-
-template <typename T>
-struct StreamVec {
-  static constexpr int kN = 16 / int(sizeof(T));
-};
-
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads)
-    BwdStreamKernel(const ConvArgs a, int64_t tiles_per_row, float* ws) {
-  constexpr int N = StreamVec<T>::kN;
-  constexpr int H = kW - 1;
-  constexpr int kHist = H > 0 ? H : 1;
-  const int64_t row = blockIdx.x / tiles_per_row, tile = blockIdx.x % tiles_per_row;
-  const int64_t t0 = tile * (int64_t(kStreamThreads) * N) + int64_t(threadIdx.x) * N;
-  const bool active = t0 < a.len;
-  const int64_t L = a.len, b = row / a.dim, d = row % a.dim;
+    BwdStreamKernel(const ConvArgs a, int64_t warps_per_row, float* ws) {
+  using S = Stream<T>;
+  constexpr int N = S::kN, V = S::kVecs, H = kW - 1, kHist = H > 0 ? H : 1;
+  static_assert(H < N, "halo must come from one neighbour");
+  const WarpChunk wc = LocateWarp(a, warps_per_row, S::kWarpSteps);
+  if (!wc.valid) return;
   const int lane = threadIdx.x & 31;
-  const T* xrow = static_cast<const T*>(a.x) + row * L;
-  const T* dyrow = static_cast<const T*>(a.dy) + row * L;
+  const int64_t L = a.len, c_end = wc.c0 + S::kWarpSteps;
+  const T* xrow = static_cast<const T*>(a.x) + wc.row * L;
+  const T* dyrow = static_cast<const T*>(a.dy) + wc.row * L;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
 
-  const int64_t wrow = (b / a.batch_per_group()) * a.dim + d;
+  // All loads first.
+  uint4 xr[V], dyr[V], prev = zero, nx = zero, ndy = zero;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t t = wc.c0 + int64_t(j * 32 + lane) * N;
+    xr[j] = t < L ? LoadRaw16(xrow + t) : zero;
+    dyr[j] = t < L ? LoadRaw16(dyrow + t) : zero;
+  }
+  if (H > 0 && lane == 0 && wc.c0 > 0) prev = LoadRaw16(xrow + wc.c0 - N);
+  if (H > 0 && lane == 31 && c_end < L) {
+    nx = LoadRaw16(xrow + c_end);
+    ndy = LoadRaw16(dyrow + c_end);
+  }
   float w[kW];
-#pragma unroll
-  for (int k = 0; k < kW; ++k) w[k] = LoadAnyF(a.weight, a.w_dtype, wrow * kW + k);
-  const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
+  const float bias = LoadTaps<kW>(a, wc.row, w);
   const bool silu = a.act == Activation::kSilu;
+  const int64_t b = wc.row / a.dim, d = wc.row - b * a.dim;
 
-  // Input at step p (history from the initial states or zeros before 0).
-  auto x_at = [&](int64_t p) -> float {
-    if (p >= 0) return p < L ? ToF(xrow[p]) : 0.f;
-    return a.initial_states ? LoadState<T>(a, a.initial_states, b, d, H + p) : 0.f;
-  };
-  // g at step p, computed from global memory (warp edges only).
-  auto g_at = [&](int64_t p) -> float {
-    if (p >= L) return 0.f;
-    if (!silu) return ToF(dyrow[p]);
-    float pre = bias;
+  float hist[kHist] = {};  // lane 0: inputs before the chunk
+  if (H > 0 && lane == 0) ChunkHistory<T, N, H, kHist>(a, wc.row, wc.c0, prev, hist);
+  // gcarry (lane 31): g at the H steps after the current vector index.
+  float gcarry[kHist] = {};
+  if (H > 0 && lane == 31 && c_end < L) {
+    float xl[N], xn[N], dn[N];
+    Unpack<T, N>(xr[V - 1], xl);
+    Unpack<T, N>(nx, xn);
+    Unpack<T, N>(ndy, dn);
 #pragma unroll
-    for (int k = 0; k < kW; ++k) pre += w[k] * x_at(p - H + k);
-    return ActGrad(pre, ToF(dyrow[p]), true);
-  };
-
-  // win = x[t0 - H .. t0 + N)
-  float win[H + N];
-  float* v = win + H;
-  float dyv[N];
-  if (active) {
-    LoadVec<T, N>(xrow + t0, *reinterpret_cast<float(*)[N]>(v));
-    LoadVec<T, N>(dyrow + t0, dyv);
-  } else {
-#pragma unroll
-    for (int j = 0; j < N; ++j) v[j] = dyv[j] = 0.f;
-  }
-#pragma unroll
-  for (int j = 0; j < H; ++j) win[j] = __shfl_up_sync(0xffffffffu, v[N - H + j], 1);
-  if (lane == 0 && active) {
-#pragma unroll
-    for (int j = 0; j < H; ++j) win[j] = x_at(t0 - H + j);
-  }
-
-  // ge = g[t0 .. t0 + N + H): own steps, then the next H from lane + 1
-  float ge[N + kHist];
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    if (silu) {
+    for (int i = 0; i < H; ++i) {
       float pre = bias;
 #pragma unroll
-      for (int k = 0; k < kW; ++k) pre += w[k] * win[i + k];
-      ge[i] = active ? ActGrad(pre, dyv[i], true) : 0.f;
-    } else {
-      ge[i] = dyv[i];
+      for (int k = 0; k < kW; ++k) {
+        const int idx = i - H + k;
+        pre += w[k] * (idx < 0 ? xl[N + idx] : xn[idx]);
+      }
+      gcarry[i] = ActGrad(pre, dn[i], silu);
     }
   }
-#pragma unroll
-  for (int j = 0; j < H; ++j) ge[N + j] = __shfl_down_sync(0xffffffffu, ge[j], 1);
-  if (lane == 31 && active) {
-#pragma unroll
-    for (int j = 0; j < H; ++j) ge[N + j] = g_at(t0 + N + j);
-  }
 
-  // partial dweight (k < W) and dbias (k == W) of this thread's steps
-  float part[kW + 1];
+  float part[kW + 1] = {};  // partial dweight (k < W) and dbias (k == W)
+  T* dxrow = static_cast<T*>(a.dx) + wc.row * L;
+  const int64_t fin0 = L - H;  // first step whose input is also a final state
 #pragma unroll
-  for (int k = 0; k <= kW; ++k) part[k] = 0.f;
-  if (active) {
+  for (int j = V - 1; j >= 0; --j) {
+    const int64_t t0 = wc.c0 + int64_t(j * 32 + lane) * N;
+    // win = x[t0 - H .. t0 + N)
+    float win[H + N];
+    Unpack<T, N>(xr[j], *reinterpret_cast<float(*)[N]>(win + H));
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float s = __shfl_sync(kFullMask, win[N + i], (lane + 31) & 31);
+      float left = hist[i];
+      if (j > 0) {  // lane 31's tail of the previous vector index
+        float pv[N];
+        Unpack<T, N>(xr[j > 0 ? j - 1 : 0], pv);
+        left = __shfl_sync(kFullMask, pv[N - H + i], 31);
+      }
+      win[i] = lane == 0 ? left : s;
+    }
+    // ge = g[t0 .. t0 + N + H)
+    float dyv[N], ge[N + kHist];
+    Unpack<T, N>(dyr[j], dyv);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      float g = dyv[i];
+      if (silu) {
+        float pre = bias;
+#pragma unroll
+        for (int k = 0; k < kW; ++k) pre += w[k] * win[i + k];
+        g = ActGrad(pre, dyv[i], true);
+      }
+      ge[i] = t0 < L ? g : 0.f;
+    }
+#pragma unroll
+    for (int i = 0; i < H; ++i) {
+      const float s = __shfl_sync(kFullMask, ge[i], (lane + 1) & 31);
+      ge[N + i] = lane == 31 ? gcarry[i] : s;
+      gcarry[i] = s;  // on lane 31: lane 0's head, the next vector index down
+    }
+    if (t0 >= L) continue;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
 #pragma unroll
@@ -106,7 +117,6 @@ __global__ void __launch_bounds__(kStreamThreads)
       part[kW] += ge[i];
     }
     float dx[N];
-    const int64_t fin0 = L - H;  // first step whose input is also a final state
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       float acc = 0.f;
@@ -116,46 +126,48 @@ __global__ void __launch_bounds__(kStreamThreads)
       if (a.dfinal_states && p >= fin0) acc += LoadState<T>(a, a.dfinal_states, b, d, p - fin0);
       dx[i] = acc;
     }
-    StoreVec<T, N>(static_cast<T*>(a.dx) + row * L + t0, dx);
+    StoreVec<T, N>(dxrow + t0, dx);
   }
 
-  // Block reduction in a fixed order: warp butterfly, then warps in order.
-  __shared__ float red[kWarps][kW + 1];
+  // Warp reduction (a fixed butterfly), then lane k writes part k.
+  float mine = 0.f;
 #pragma unroll
   for (int k = 0; k <= kW; ++k) {
     float s = part[k];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0) red[threadIdx.x / 32][k] = s;
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
+    if (lane == k) mine = s;
   }
-  __syncthreads();
-  if (threadIdx.x <= kW) {
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < kWarps; ++i) s += red[i][threadIdx.x];
-    const int64_t bpg = a.batch_per_group(), grp = b / bpg;
-    const int64_t nparts = bpg * tiles_per_row, partidx = (b % bpg) * tiles_per_row + tile;
-    ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + threadIdx.x] = s;
+  if (lane <= kW) {
+    const int64_t bpg = a.batch_per_group(), grp = b / bpg, chunk = wc.c0 / S::kWarpSteps;
+    const int64_t nparts = bpg * warps_per_row, partidx = (b % bpg) * warps_per_row + chunk;
+    ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + lane] = mine;
   }
 }
 
 template <typename T, int kW>
-cudaError_t LaunchBwdStream(const ConvArgs& a, float* ws, cudaStream_t stream) {
-  const int64_t tiles = StreamingBackwardTiles(a);
-  BwdStreamKernel<T, kW><<<unsigned(a.batch * a.dim * tiles), kStreamThreads, 0, stream>>>(
-      a, tiles, ws);
+cudaError_t LaunchBwdStream(const ConvArgs& a, int64_t warps_per_row, float* ws,
+                            cudaStream_t stream) {
+  BwdStreamKernel<T, kW><<<unsigned(StreamBlocks(a, warps_per_row)), kStreamThreads, 0, stream>>>(
+      a, warps_per_row, ws);
   return cudaGetLastError();
 }
 
-bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, float* ws, cudaStream_t stream) {
+  const int64_t warps_per_row = StreamingBackwardTiles(a);
   switch (a.width) {
-    case 1: return LaunchBwdStream<T, 1>(a, ws, stream);
-    case 2: return LaunchBwdStream<T, 2>(a, ws, stream);
-    case 3: return LaunchBwdStream<T, 3>(a, ws, stream);
-    default: return LaunchBwdStream<T, 4>(a, ws, stream);
+    case 1: return LaunchBwdStream<T, 1>(a, warps_per_row, ws, stream);
+    case 2: return LaunchBwdStream<T, 2>(a, warps_per_row, ws, stream);
+    case 3: return LaunchBwdStream<T, 3>(a, warps_per_row, ws, stream);
+    default: return LaunchBwdStream<T, 4>(a, warps_per_row, ws, stream);
+  }
+}
+
+int64_t WarpSteps(DType t) {
+  switch (t) {
+    case DType::kF32: return Stream<float>::kWarpSteps;
+    default: return Stream<__half>::kWarpSteps;
   }
 }
 
@@ -167,8 +179,8 @@ int64_t StreamingBackwardTiles(const ConvArgs& a) {
                     a.width <= 4 && a.len > 0 && a.len % n == 0 && Aligned16(a.x) &&
                     Aligned16(a.dy) && Aligned16(a.dx);
   if (!fits) return 0;
-  const int64_t tiles = CeilDiv(a.len, int64_t(kStreamThreads) * n);
-  return a.batch * a.dim * tiles <= INT32_MAX ? tiles : 0;
+  const int64_t warps_per_row = CeilDiv(a.len, WarpSteps(a.x_dtype));
+  return StreamBlocks(a, warps_per_row) <= INT32_MAX ? warps_per_row : 0;
 }
 
 cudaError_t BackwardStreaming(const ConvArgs& a, float* ws, cudaStream_t stream) {

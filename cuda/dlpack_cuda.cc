@@ -63,7 +63,7 @@ size_t CudaBwdWorkspaceBytes(const Array& x, const Array& weight, const Opt& bia
                              bool states_channels_last) {
   ConvArgs a = ProblemArgs(kCuda, x, weight, bias, seq_idx, cu_seqlens, initial_states,
                            activation, mode, channels_last, states_channels_last);
-  return cuda::BackwardWorkspaceBytes(a);
+  return BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width);
 }
 
 void CudaBwd(JCC_DLPACK_BWD_PARAMS, const Array& workspace, uintptr_t stream) {
@@ -72,7 +72,7 @@ void CudaBwd(JCC_DLPACK_BWD_PARAMS, const Array& workspace, uintptr_t stream) {
   CurrentDevice(x);
   if (workspace.device_type() != kCuda || workspace.device_id() != x.device_id())
     ThrowValue("workspace must be on the device of x");
-  const size_t need = cuda::BackwardWorkspaceBytes(a);
+  const size_t need = BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width);
   const size_t have = workspace.nbytes();
   if (have < need)
     ThrowValue("workspace has " + std::to_string(have) + " bytes, " + std::to_string(need) +

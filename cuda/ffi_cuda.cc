@@ -4,9 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include <mutex>
 #include <string>
-#include <unordered_map>
 
 #include "ffi_args.h"
 #include "launchers.h"
@@ -32,38 +30,15 @@ ffi::Error CudaForward(cudaStream_t stream, JCC_FORWARD_PARAMS) {
   return CudaStatus(cuda::Forward(a, stream), "forward kernel launch");
 }
 
-// Fallback workspace for the backward partial sums when XLA's scratch
-// allocator has none to give: one grow-only buffer per device, used in stream
-// order (XLA runs a device's kernels on one compute stream). Growing waits
-// for the stream so that no kernel still reads the old buffer.
-void* FallbackWorkspace(size_t bytes, cudaStream_t stream) {
-  static std::mutex mu;
-  static std::unordered_map<int, std::pair<void*, size_t>> bufs;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& [ptr, size] = bufs[dev];
-  if (size < bytes) {
-    if (ptr) {
-      if (cudaStreamSynchronize(stream) != cudaSuccess) return nullptr;
-      cudaFree(ptr);
-      ptr = nullptr, size = 0;
-    }
-    if (cudaMalloc(&ptr, bytes) != cudaSuccess) return ptr = nullptr;
-    size = bytes;
-  }
-  return ptr;
-}
-
-ffi::Error CudaBackward(cudaStream_t stream, ffi::ScratchAllocator scratch, JCC_BACKWARD_PARAMS) {
+// The workspace (BackwardWorkspaceBytes, checked by CheckWorkspace) is an
+// extra result that XLA allocates, so nothing here allocates memory.
+ffi::Error CudaBackward(cudaStream_t stream, JCC_BACKWARD_PARAMS,
+                        ffi::Result<ffi::AnyBuffer> workspace) {
   ConvArgs a;
   JCC_RETURN_IF_ERROR(MakeBackwardArgs(&a, JCC_BACKWARD_NAMES));
+  JCC_RETURN_IF_ERROR(CheckWorkspace(a, workspace));
   JCC_RETURN_IF_ERROR(GpuDType(a.x_dtype));
-  const size_t bytes = cuda::BackwardWorkspaceBytes(a);
-  auto ws = scratch.Allocate(bytes);
-  void* work = ws.has_value() ? *ws : FallbackWorkspace(bytes, stream);
-  if (!work) return ffi::Error::Internal("jax_causal_conv: could not allocate the backward workspace");
-  return CudaStatus(cuda::Backward(a, work, stream), "backward kernel launch");
+  return CudaStatus(cuda::Backward(a, workspace->untyped_data(), stream), "backward kernel launch");
 }
 
 ffi::Error CudaUpdate(cudaStream_t stream, JCC_UPDATE_PARAMS) {
@@ -88,16 +63,15 @@ ffi::Error CudaVarlenStates(cudaStream_t stream, JCC_VARLEN_STATES_PARAMS) {
 
 }  // namespace
 
-// Forward, update and varlen_states only launch kernels (and a device copy)
-// on the given stream: safe to capture into CUDA graphs. Backward allocates
-// its workspace from XLA at run time, so it is left out of command buffers.
+// Every handler only launches kernels (and, for the update, a device copy)
+// on the given stream and allocates nothing: safe to capture into CUDA graphs.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaForwardHandler, CudaForward,
                               JCC_FORWARD_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaBackwardHandler, CudaBackward,
-                              JCC_BACKWARD_BINDING(ffi::Ffi::Bind()
-                                                       .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                                       .Ctx<ffi::ScratchAllocator>()));
+                              JCC_BACKWARD_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>())
+                                  .Ret<ffi::AnyBuffer>(),
+                              {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaUpdateHandler, CudaUpdate,
                               JCC_UPDATE_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});

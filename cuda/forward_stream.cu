@@ -1,108 +1,97 @@
-// Streaming forward for the hot case: channels-first x, one sequence per row
-// (no seq_idx / varlen), width <= 4, rows whose length is a multiple of one
-// 16-byte vector. Each thread reads one 16-byte vector of x, gets the H = W-1
-// inputs before it from the neighbouring lane by a warp shuffle (lane 0 reads
-// them from global memory, or from the initial states at t < 0), and writes
-// one 16-byte vector of y: every byte moves once, fully coalesced.
-#include "common.cuh"
+// Streaming forward for the hot case (see stream.cuh): each thread loads its
+// kVecs 16-byte vectors of x (and of the residual) at once, gets the H = W-1
+// inputs before each vector from the neighbouring lane by a warp shuffle
+// (lane 0 from lane 31's previous vector, or, for the chunk's first vector,
+// from one extra load issued with the others), and writes kVecs vectors of y.
+// Every byte of x and y moves once, fully coalesced.
 #include "launchers.h"
+#include "stream.cuh"
 
 namespace jcc::cuda {
 namespace {
 
-constexpr int kStreamThreads = 256;
-
-template <typename T>
-struct StreamVec {
-  static constexpr int kN = 16 / int(sizeof(T));  // elements per thread
-};
-
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads)
-    FwdStreamKernel(const ConvArgs a, int64_t tiles_per_row) {
-  constexpr int N = StreamVec<T>::kN;
-  constexpr int H = kW - 1;
+    FwdStreamKernel(const ConvArgs a, int64_t warps_per_row) {
+  using S = Stream<T>;
+  constexpr int N = S::kN, V = S::kVecs, H = kW - 1, kHist = H > 0 ? H : 1;
   static_assert(H < N, "halo must come from one neighbour");
-  const int64_t blk = blockIdx.x;
-  const int64_t row = blk / tiles_per_row;  // b * dim + d
-  const int64_t t0 = (blk % tiles_per_row) * (int64_t(kStreamThreads) * N) +
-                     int64_t(threadIdx.x) * N;
-  const bool active = t0 < a.len;
-  const int64_t b = row / a.dim, d = row % a.dim;
-  const T* xrow = static_cast<const T*>(a.x) + row * a.len;
-
-  float v[N];
-  if (active) {
-    LoadVec<T, N>(xrow + t0, v);
-  } else {
-#pragma unroll
-    for (int j = 0; j < N; ++j) v[j] = 0.f;
-  }
-  // h[j] = x[t0 - H + j]
-  float h[H > 0 ? H : 1];
+  const WarpChunk wc = LocateWarp(a, warps_per_row, S::kWarpSteps);
+  if (!wc.valid) return;
   const int lane = threadIdx.x & 31;
+  const int64_t L = a.len;
+  const T* xrow = static_cast<const T*>(a.x) + wc.row * L;
+
+  // All loads first: x vectors, the vector before the chunk, the residual.
+  uint4 xr[V], rr[V], prev = make_uint4(0, 0, 0, 0);
 #pragma unroll
-  for (int j = 0; j < H; ++j) h[j] = __shfl_up_sync(0xffffffffu, v[N - H + j], 1);
-  if (lane == 0 && active) {
+  for (int j = 0; j < V; ++j) {
+    const int64_t t = wc.c0 + int64_t(j * 32 + lane) * N;
+    xr[j] = t < L ? LoadRaw16(xrow + t) : make_uint4(0, 0, 0, 0);
+  }
+  if (H > 0 && lane == 0 && wc.c0 > 0) prev = LoadRaw16(xrow + wc.c0 - N);
+  if (a.residual) {
+    const T* rrow = static_cast<const T*>(a.residual) + wc.row * L;
 #pragma unroll
-    for (int j = 0; j < H; ++j) {
-      const int64_t p = t0 - H + j;
-      if (p >= 0)
-        h[j] = ToF(xrow[p]);
-      else
-        h[j] = a.initial_states ? LoadState<T>(a, a.initial_states, b, d, H + p) : 0.f;
+    for (int j = 0; j < V; ++j) {
+      const int64_t t = wc.c0 + int64_t(j * 32 + lane) * N;
+      rr[j] = t < L ? LoadRaw16(rrow + t) : make_uint4(0, 0, 0, 0);
     }
   }
-  if (!active) return;
-
-  const int64_t wrow = (b / a.batch_per_group()) * a.dim + d;
   float w[kW];
-#pragma unroll
-  for (int k = 0; k < kW; ++k) w[k] = LoadAnyF(a.weight, a.w_dtype, wrow * kW + k);
-  const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
+  const float bias = LoadTaps<kW>(a, wc.row, w);
   const bool silu = a.act == Activation::kSilu;
 
-  float r[N];
-  if (a.residual) LoadVec<T, N>(static_cast<const T*>(a.residual) + row * a.len + t0, r);
-  float out[N];
+  float carry[kHist] = {};
+  if (H > 0 && lane == 0) ChunkHistory<T, N, H, kHist>(a, wc.row, wc.c0, prev, carry);
+  T* yrow = static_cast<T*>(a.y) + wc.row * L;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    float acc = bias;
+  for (int j = 0; j < V; ++j) {
+    float v[N], h[kHist];
+    Unpack<T, N>(xr[j], v);
+    HaloFromLeft<N, H, kHist>(v, lane, carry, h);
+    float out[N];
 #pragma unroll
-    for (int k = 0; k < kW; ++k) {
-      const int idx = i - H + k;  // compile-time after unrolling
-      acc += w[k] * (idx < 0 ? h[H + idx] : v[idx]);
+    for (int i = 0; i < N; ++i) {
+      float acc = bias;
+#pragma unroll
+      for (int k = 0; k < kW; ++k) {
+        const int idx = i - H + k;  // compile-time after unrolling
+        acc += w[k] * (idx < 0 ? h[H + idx] : v[idx]);
+      }
+      out[i] = Activate(acc, silu);
     }
-    acc = Activate(acc, silu);
-    out[i] = a.residual ? acc + r[i] : acc;
+    if (a.residual) {
+      float r[N];
+      Unpack<T, N>(rr[j], r);
+#pragma unroll
+      for (int i = 0; i < N; ++i) out[i] += r[i];
+    }
+    const int64_t t = wc.c0 + int64_t(j * 32 + lane) * N;
+    if (t < L) StoreVec<T, N>(yrow + t, out);
   }
-  StoreVec<T, N>(static_cast<T*>(a.y) + row * a.len + t0, out);
 }
 
 template <typename T, int kW>
-cudaError_t LaunchStream(const ConvArgs& a, cudaStream_t stream) {
-  constexpr int N = StreamVec<T>::kN;
-  const int64_t tiles_per_row = CeilDiv(a.len, int64_t(kStreamThreads) * N);
-  const int64_t blocks = a.batch * a.dim * tiles_per_row;
-  if (blocks > INT32_MAX) return cudaErrorInvalidConfiguration;
-  FwdStreamKernel<T, kW><<<unsigned(blocks), kStreamThreads, 0, stream>>>(a, tiles_per_row);
+cudaError_t LaunchStream(const ConvArgs& a, int64_t warps_per_row, cudaStream_t stream) {
+  FwdStreamKernel<T, kW><<<unsigned(StreamBlocks(a, warps_per_row)), kStreamThreads, 0, stream>>>(
+      a, warps_per_row);
   return cudaGetLastError();
 }
 
-bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 template <typename T>
 bool TryStreamT(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
-  constexpr int N = StreamVec<T>::kN;
-  const int64_t blocks = a.batch * a.dim * CeilDiv(a.len, int64_t(kStreamThreads) * N);
+  constexpr int N = Stream<T>::kN;
+  const int64_t warps_per_row = CeilDiv(a.len, int64_t(Stream<T>::kWarpSteps));
   if (a.channels_last || a.mode != SegmentMode::kRow || a.width > 4 || a.len % N != 0 ||
-      !Aligned16(a.x) || !Aligned16(a.y) || !Aligned16(a.residual) || blocks > INT32_MAX)
+      !Aligned16(a.x) || !Aligned16(a.y) || !Aligned16(a.residual) ||
+      StreamBlocks(a, warps_per_row) > INT32_MAX)
     return false;
   switch (a.width) {
-    case 1: *err = LaunchStream<T, 1>(a, stream); break;
-    case 2: *err = LaunchStream<T, 2>(a, stream); break;
-    case 3: *err = LaunchStream<T, 3>(a, stream); break;
-    default: *err = LaunchStream<T, 4>(a, stream); break;
+    case 1: *err = LaunchStream<T, 1>(a, warps_per_row, stream); break;
+    case 2: *err = LaunchStream<T, 2>(a, warps_per_row, stream); break;
+    case 3: *err = LaunchStream<T, 3>(a, warps_per_row, stream); break;
+    default: *err = LaunchStream<T, 4>(a, warps_per_row, stream); break;
   }
   return true;
 }

@@ -20,16 +20,16 @@ cudaError_t Forward(const ConvArgs& a, cudaStream_t stream);
 // false, launching nothing, otherwise.
 bool TryForwardStreaming(const ConvArgs& a, cudaStream_t stream, cudaError_t* err);
 
-// dx, dweight, dbias, dinitial_states. dweight/dbias are reduced in a fixed
-// order through `workspace` (BackwardWorkspaceBytes(a) bytes of device memory,
-// 16-byte aligned, contents ignored), so results are bitwise reproducible.
-size_t BackwardWorkspaceBytes(const ConvArgs& a);
-
-// The streaming backward of backward_stream.cu: its tiles per row when the
-// problem fits it (as TryForwardStreaming), else 0; and its launch, writing
-// per-tile partials to the workspace that Backward then reduces.
+// The streaming backward of backward_stream.cu: its warp chunks per row when
+// the problem fits it (as TryForwardStreaming), else 0; and its launch,
+// writing per-chunk partials to the workspace that Backward then reduces.
 int64_t StreamingBackwardTiles(const ConvArgs& a);
 cudaError_t BackwardStreaming(const ConvArgs& a, float* ws, cudaStream_t stream);
+
+// dx, dweight, dbias, dinitial_states. dweight/dbias are reduced in a fixed
+// order through `workspace` (BackwardWorkspaceBytes(batch, dim, len, width)
+// bytes of device memory, from problem.h, 4-byte aligned, contents ignored),
+// so results are bitwise reproducible.
 cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream);
 
 // Decode step, in place on u.conv_state (the caller copies the old state

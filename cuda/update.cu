@@ -102,6 +102,116 @@ __global__ void UpdateKernel(const UpdateArgs u) {
   }
 }
 
+// The decode hot path: one new token, state_len == W - 1 (2 <= W <= 4),
+// dim a multiple of 8, 16-byte aligned buffers. Each thread owns 8
+// consecutive channels of one batch row, so x, y and the state rows move in
+// 16-byte vectors (8 channels x H entries are contiguous), and every load is
+// issued before the first use: the one-token step is latency-bound, and a
+// thread per channel left too little in flight.
+constexpr int kVecChannels = 8;
+constexpr int kUpdateThreads = 128;
+
+template <typename T, int kBytes>
+struct RawVec {  // kBytes of T in 16-byte words
+  static_assert(kBytes % 16 == 0, "whole 16-byte words");
+  uint4 w[kBytes / 16];
+  __device__ __forceinline__ void Load(const T* p) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) w[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
+  }
+  __device__ __forceinline__ void Zero() {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) w[i] = make_uint4(0, 0, 0, 0);
+  }
+  __device__ __forceinline__ void Store(T* p) const {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) reinterpret_cast<uint4*>(p)[i] = w[i];
+  }
+  __device__ __forceinline__ T& operator[](int j) { return reinterpret_cast<T*>(w)[j]; }
+};
+
+template <typename T, int kW>
+__global__ void __launch_bounds__(kUpdateThreads) UpdateVecKernel(const UpdateArgs u) {
+  constexpr int C = kVecChannels, H = kW - 1;
+  const int64_t chunks = u.dim / C;
+  const int64_t i = blockIdx.x * int64_t(kUpdateThreads) + threadIdx.x;
+  if (i >= u.batch * chunks) return;
+  const int64_t b = i / chunks, d0 = (i - b * chunks) * C;
+  const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
+  const bool live = slot >= 0 && slot < u.num_slots;  // else a padding row: y = 0, state kept
+  T* st = static_cast<T*>(u.conv_state) + (slot * u.dim + d0) * H;
+  RawVec<T, C * sizeof(T)> xv;
+  RawVec<T, C * H * sizeof(T)> sv;
+  xv.Load(static_cast<const T*>(u.x) + b * u.dim + d0);
+  if (live) sv.Load(st);
+  else sv.Zero();
+  const int64_t wrow = (b / (u.batch / u.groups)) * u.dim + d0;
+  float w[C][kW], bias[C];
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+#pragma unroll
+    for (int k = 0; k < kW; ++k) w[c][k] = LoadAnyF(u.weight, u.w_dtype, (wrow + c) * kW + k);
+    bias[c] = u.bias ? LoadAnyF(u.bias, u.b_dtype, wrow + c) : 0.f;
+  }
+  // Circular buffer: the oldest entry, and the one the new token replaces.
+  int head = 0;
+  if (u.cache_seqlens) head = int(((int64_t(u.cache_seqlens[b]) % H) + H) % H);
+  const bool silu = u.act == Activation::kSilu;
+  float row[C][H > 0 ? H : 1];  // the state rows, unpacked
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int q = 0; q < H; ++q) row[c][q] = ToF(sv[c * H + q]);
+  RawVec<T, C * sizeof(T)> yv;
+  RawVec<T, C * H * sizeof(T)> out;  // the new state rows
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    const float xin = ToF(xv[c]);
+    float acc = bias[c] + w[c][H] * xin;
+    // win[j] = entry (head + j) mod H, by whole compile-time rotations (a
+    // run-time index would put the rows in local memory)
+    float win[H > 0 ? H : 1];
+#pragma unroll
+    for (int j = 0; j < H; ++j) win[j] = row[c][j];
+#pragma unroll
+    for (int r = 1; r < H; ++r)
+      if (head == r) {
+#pragma unroll
+        for (int j = 0; j < H; ++j) win[j] = row[c][(j + r) % H];
+      }
+#pragma unroll
+    for (int j = 0; j < H; ++j) acc += w[c][j] * win[j];
+    yv[c] = FromF<T>(live ? Activate(acc, silu) : 0.f);
+#pragma unroll
+    for (int q = 0; q < H; ++q) {
+      float nv;
+      if (u.cache_seqlens) nv = q == head ? xin : row[c][q];  // replace the oldest
+      else nv = q + 1 < H ? row[c][q + 1] : xin;              // shift left
+      out[c * H + q] = FromF<T>(nv);
+    }
+  }
+  yv.Store(static_cast<T*>(u.y) + b * u.dim + d0);
+  if (!live) return;
+  out.Store(st);
+}
+
+bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <typename T>
+bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
+  if (u.seqlen != 1 || u.width < 2 || u.width > 4 || u.state_len != u.width - 1 ||
+      u.dim % kVecChannels != 0 || !Aligned16(u.x) || !Aligned16(u.y) || !Aligned16(u.conv_state))
+    return false;
+  const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / kVecChannels), kUpdateThreads));
+  switch (u.width) {
+    case 2: UpdateVecKernel<T, 2><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
+    case 3: UpdateVecKernel<T, 3><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
+    default: UpdateVecKernel<T, 4><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
+  }
+  *err = cudaGetLastError();
+  return true;
+}
+
 // states[n, d, j] = x[hi - SL + j, d] when inside sequence n, else 0.
 template <typename T>
 __global__ void VarlenStatesKernel(const VarlenStatesArgs v) {
@@ -122,6 +232,8 @@ template <typename T>
 cudaError_t UpdateT(const UpdateArgs& u, cudaStream_t stream) {
   const int64_t n = u.batch * u.dim;
   if (n == 0) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  if (TryUpdateVec<T>(u, stream, &err)) return err;
   UpdateKernel<T><<<unsigned(CeilDiv(n, 256)), 256, 0, stream>>>(u);
   return cudaGetLastError();
 }

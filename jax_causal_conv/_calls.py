@@ -194,11 +194,16 @@ def forward(cfg, x, w, b, res, seq_idx, cu, init):
 # --- backward -----------------------------------------------------------------
 
 def _ffi_backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
+    B, L, D = x.shape if cfg.channels_last else (x.shape[0], x.shape[2], x.shape[1])
+    # Scratch for the CUDA kernel's partial sums, allocated by XLA (the CPU
+    # kernel ignores it): the kernels themselves allocate nothing.
+    ws = jax.ShapeDtypeStruct((_ffi.backward_workspace_bytes(B, D, L, w.shape[-1]),), jnp.uint8)
     outs = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(w.shape, w.dtype),
             jax.ShapeDtypeStruct((0,), x.dtype) if b is None else jax.ShapeDtypeStruct(b.shape, b.dtype),
-            jax.ShapeDtypeStruct((0,), x.dtype) if init is None else jax.ShapeDtypeStruct(init.shape, x.dtype))
+            jax.ShapeDtypeStruct((0,), x.dtype) if init is None else jax.ShapeDtypeStruct(init.shape, x.dtype),
+            ws)
     ph, ph_i = _placeholder(x.dtype), _placeholder(jnp.int32)
-    dx, dw, db, dinit = jax.ffi.ffi_call(_ffi.BACKWARD, outs)(
+    dx, dw, db, dinit, _ = jax.ffi.ffi_call(_ffi.BACKWARD, outs)(
         x, w, ph if b is None else b, ph_i if seq_idx is None else seq_idx,
         ph_i if cu is None else cu, ph if init is None else init, dy,
         ph if dfin is None else dfin, **_attrs_conv(cfg),

@@ -12,7 +12,7 @@ import jax
 from . import _jcc_cpu
 
 FORWARD = "jax_causal_conv_fwd_v1"
-BACKWARD = "jax_causal_conv_bwd_v1"
+BACKWARD = "jax_causal_conv_bwd_v2"
 UPDATE = "jax_causal_conv_update_v1"
 VARLEN_STATES = "jax_causal_conv_varlen_states_v1"
 TARGETS = (FORWARD, BACKWARD, UPDATE, VARLEN_STATES)
@@ -38,6 +38,12 @@ def _register():
 
 
 _register()
+
+
+def backward_workspace_bytes(batch, dim, length, width):
+    """Bytes of the backward target's workspace result (scratch for its
+    per-chunk partial weight/bias sums; csrc/problem.h has the formula)."""
+    return _jcc_cpu.backward_workspace_bytes(batch, dim, length, width)
 
 
 def disabled_safety_checks():

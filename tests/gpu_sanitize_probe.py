@@ -42,4 +42,18 @@ for dt, (B, D, L), W, cl in CONFIGS:
         tol = 0.05 if dt == jnp.bfloat16 else 1e-3
         assert np.allclose(a, e, rtol=tol, atol=tol * (1 + np.abs(e).max(initial=0))), (dt, B, D, L, W, cl)
     n += 1
+# decode: the 8-channel kernel (state_len = W - 1, dim % 8 == 0) and the
+# general one, rolling and circular, with a padding row
+for D, SL in ((48, 3), (36, 5)):
+    x = jnp.asarray(rng.standard_normal((3, D)), jnp.bfloat16)
+    st = jnp.asarray(rng.standard_normal((4, D, SL)), jnp.bfloat16)
+    w, b = jnp.asarray(rng.standard_normal((D, 4)), jnp.float32), jnp.asarray(rng.standard_normal((D,)), jnp.float32)
+    for kw in ({}, {"cache_seqlens": jnp.asarray([0, 5, 2], jnp.int32),
+                    "conv_state_indices": jnp.asarray([3, -1, 0], jnp.int32)}):
+        f = jax.jit(lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu", **kw))
+        out = f(x, st)
+        ref = f(*(jax.device_put(a, cpu) for a in (x, st)))
+        for a, e in zip(out, ref):
+            assert np.allclose(np.asarray(a, np.float32), np.asarray(e, np.float32), rtol=0.05, atol=0.05)
+        n += 1
 print(f"PROBE OK: {n} configurations")

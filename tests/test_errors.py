@@ -141,7 +141,19 @@ FFI_CHILD = textwrap.dedent("""
         out = (jax.ShapeDtypeStruct(y_shape or x.shape, x.dtype), jax.ShapeDtypeStruct(fin, x.dtype))
         return jax.ffi.ffi_call(_ffi.FORWARD, out)(x, w, ph, ph, seq, cu, init, **dict(A, **kw))
     x, w = jnp.ones((2, 4, 10)), jnp.ones((1, 4, 4))
+    def bwd(dy_shape=(2, 4, 10), ws=None, ws_dtype=jnp.uint8):
+        need = _ffi.backward_workspace_bytes(2, 4, 10, 4)
+        out = (jax.ShapeDtypeStruct(x.shape, f32), jax.ShapeDtypeStruct(w.shape, f32),
+               jax.ShapeDtypeStruct((0,), f32), jax.ShapeDtypeStruct((0,), f32),
+               jax.ShapeDtypeStruct((need if ws is None else ws,), ws_dtype))
+        kw = {k: v for k, v in A.items() if k not in ("has_residual", "has_final_states")}
+        return jax.ffi.ffi_call(_ffi.BACKWARD, out)(x, w, ph, phi, phi, ph, jnp.ones(dy_shape), ph,
+                                                    has_dfinal_states=np.bool_(False), **kw)
+    jax.block_until_ready(bwd())  # well-formed: accepted
     bad = {
+      "bwd-dy-shape": lambda: bwd(dy_shape=(2, 4, 9)),
+      "bwd-workspace-small": lambda: bwd(ws=_ffi.backward_workspace_bytes(2, 4, 10, 4) - 1),
+      "bwd-workspace-dtype": lambda: bwd(ws_dtype=f32),
       "weight-dim": lambda: fwd(x, jnp.ones((1, 5, 4))),
       "weight-rank": lambda: fwd(x, jnp.ones((4, 4))),
       "width-0": lambda: fwd(x, jnp.ones((1, 4, 0))),
@@ -193,4 +205,4 @@ def test_malformed_ffi_calls_return_errors_not_crashes(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "ACCEPTED" not in r.stdout, r.stdout
-    assert r.stdout.count("REJECTED") == 19, r.stdout
+    assert r.stdout.count("REJECTED") == 22, r.stdout

@@ -151,6 +151,33 @@ def test_small_update(dtype, W, S):
             assert err <= REL[dtype], f"update vs reference {sorted(kw)}: {err}"
 
 
+@pytest.mark.parametrize("dtype", list(DT))
+@pytest.mark.parametrize("W", [2, 3, 4])
+@pytest.mark.parametrize("wdtype", ["float32", "same"])
+def test_small_update_vector_path(dtype, W, wdtype):
+    """One token, state_len = W - 1, dim a multiple of 8: the 8-channel kernel."""
+    rng = np.random.default_rng(W * 7 + len(dtype))
+    B, D, slots = 6, 48, 9
+    dt = DT[dtype]
+    wt = dt if wdtype == "same" else jnp.float32
+    x = jnp.asarray(rng.standard_normal((B, D)), dt)
+    st = jnp.asarray(rng.standard_normal((slots, D, W - 1)), dt)
+    w = jnp.asarray(rng.standard_normal((D, W)), wt)
+    b = jnp.asarray(rng.standard_normal((D,)), wt)
+    seqlens = jnp.asarray([0, 1, 2, 7, -5, 100], jnp.int32)
+    idx = jnp.asarray([4, -1, 0, 8, 2, 5], jnp.int32)
+    for kw in ({}, {"cache_seqlens": seqlens}, {"conv_state_indices": idx},
+               {"cache_seqlens": seqlens, "conv_state_indices": idx}):
+        f = lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu", backend="ffi", **kw)
+        got = check(f, (x, st), dtype, f"update {sorted(kw)}")
+        ref = run(CPU, lambda x, st: jcc.reference.causal_conv1d_update(x, st, w, b, activation="silu", **kw), x, st)
+        for g, r in zip(got, ref):
+            err = np.max(np.abs(g - r)) / max(1.0, np.max(np.abs(r)))
+            assert err <= REL[dtype], f"update vs reference {sorted(kw)}: {err}"
+        if "conv_state_indices" in kw:  # padding row: zeros out, no slot touched
+            assert np.all(got[0][1] == 0)
+
+
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_mixed_weight_dtypes(cl):
     rng = np.random.default_rng(5)

@@ -78,7 +78,7 @@ def test_grad_under_vmap_and_vmap_under_grad():
             close(a, e, jnp.float32, 10)
         hlo = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1, 2, 3)), in_axes=axes)).lower(
             *args).as_text()
-        assert custom_calls(hlo, "jax_causal_conv_bwd_v1") == 1
+        assert custom_calls(hlo, "jax_causal_conv_bwd_v2") == 1
     # grad of a vmapped, summed loss: weights shared across the mapped axis
     gw = jax.grad(lambda w: jnp.sum(jax.vmap(lambda x: conv(x, w, BI[0], None)[0])(X)))(WT[0])
     gw_ref = jax.grad(lambda w: jnp.sum(jax.vmap(lambda x: reference.causal_conv1d(
