@@ -14,8 +14,6 @@
 namespace jcc::cuda {
 namespace {
 
-constexpr int kClSteps = 128;  // time steps per thread in the channels-last kernel
-constexpr int kClV = 4;        // channels per thread in the channels-last kernel
 
 __host__ __device__ inline int BodyOffset(int H) { return (H + 3) & ~3; }
 
@@ -397,7 +395,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-// Channels-last, W <= 4: thread = kClV channels x a slice of kClSteps steps,
+// Channels-last, W <= 4: thread = kClV channels x a slice of kClBwdSteps steps,
 // walking forwards. g is computed at step t and dx is emitted H steps later,
 // once every g it needs is known.
 template <typename T, int kW, bool kMasked>
@@ -408,8 +406,8 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
   const int64_t D = a.dim, L = a.len;
   const int64_t b = blockIdx.x / nchunk, chunk = blockIdx.x % nchunk;
   const int64_t c0 = (int64_t(blockIdx.y) * kClX + threadIdx.x) * kV;
-  const int64_t ts = (chunk * kClY + threadIdx.y) * kClSteps;
-  const int64_t te = Min64(L, ts + kClSteps);
+  const int64_t ts = (chunk * kClY + threadIdx.y) * kClBwdSteps;
+  const int64_t te = Min64(L, ts + kClBwdSteps);
   const bool active = c0 < D && ts < te;
   const bool silu = a.act == Activation::kSilu;
   constexpr bool masked = kMasked;  // seq_idx / varlen: steps near sequence starts
@@ -454,14 +452,14 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
     if (dfin && a.mode == SegmentMode::kVarlen) lag.Init(a, b, ts, H);
     const int64_t tend = te + H;       // g is needed up to te + H - 1
     const int64_t tload = Min64(tend, L);
-    constexpr int U = 2;
+    constexpr int U = 2;  // steps whose loads are issued together
     for (int64_t t = ts; t < tend; t += U) {
-      float xv[U][kV], dv[U][kV];
+      ChRaw<T, kV> xv[U], dv[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (t + u < tload) {
-          LoadCh<T, kV>(xb, D, c0, t + u, vec, xv[u]);
-          LoadCh<T, kV>(dyb, D, c0, t + u, vec, dv[u]);
+          xv[u] = LoadChRaw<T, kV>(xb, D, c0, t + u, vec);
+          dv[u] = LoadChRaw<T, kV>(dyb, D, c0, t + u, vec);
         }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -655,7 +653,7 @@ Plan MakePlan(const ConvArgs& a, bool allow_stream = true) {
   }
   p.cl = a.channels_last && a.width >= 2 && a.width <= 4;
   if (p.cl) {
-    p.nchunk = CeilDiv(a.len, int64_t(kClSteps) * kClY);
+    p.nchunk = CeilDiv(a.len, int64_t(kClBwdSteps) * kClY);
     if (a.batch * p.nchunk > INT_MAX || CeilDiv(a.dim, int64_t(kClX) * kClV) > 65535) p.cl = false;
   }
   if (!p.cl) {
@@ -693,6 +691,7 @@ cudaError_t LaunchCl(const ConvArgs& a, const Plan& p, float* ws, cudaStream_t s
   const int bytes = kClV * int(sizeof(T));
   const bool vec = a.dim % kClV == 0 && Aligned(a.x, bytes) && Aligned(a.dy, bytes) &&
                    Aligned(a.dx, bytes);
+  if (vec && a.mode == SegmentMode::kRow) return BackwardClRow(a, p.nchunk, ws, stream);
   const dim3 grid(unsigned(a.batch * p.nchunk), unsigned(CeilDiv(a.dim, int64_t(kClX) * kClV)));
   if (a.mode == SegmentMode::kRow)
     BwdClKernel<T, kW, false><<<grid, dim3(kClX, kClY), 0, stream>>>(a, p.nchunk, ws, vec);

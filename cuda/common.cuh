@@ -209,6 +209,8 @@ struct Tiling {
 // vectors of channels by kClY time slices.
 constexpr int kClX = 32;
 constexpr int kClY = 4;
+constexpr int kClBwdSteps = 128;  // time steps per thread in the channels-last backward
+constexpr int kClV = 4;           // channels per thread in the channels-last backward
 
 // Element j of the history window of state row `row`, channel d.
 template <typename T>
@@ -273,6 +275,32 @@ __device__ __forceinline__ void StoreCh(T* row, int64_t dim, int64_t c0, int64_t
     for (int c = 0; c < kV; ++c)
       if (c0 + c < dim) p[c] = FromF<T>(v[c]);
   }
+}
+
+// kV channels of one time step kept as loaded (raw T, one 8- or 16-byte word):
+// half the registers of floats, so more steps' loads can be in flight.
+template <typename T, int kV>
+struct alignas(kV * sizeof(T)) ChRaw {
+  T e[kV];
+  __device__ __forceinline__ float operator[](int c) const { return ToF(e[c]); }
+};
+
+template <typename T, int kV>
+__device__ __forceinline__ ChRaw<T, kV> LoadChRaw(const T* row, int64_t dim, int64_t c0, int64_t t,
+                                                  bool vec) {
+  ChRaw<T, kV> r;
+  const T* p = row + t * dim + c0;
+  if (vec) {
+    constexpr int kBytes = kV * int(sizeof(T));
+    using V = typename std::conditional<kBytes == 16, uint4,
+              typename std::conditional<kBytes == 8, uint2, unsigned>::type>::type;
+    static_assert(sizeof(V) == kBytes, "one 4-, 8- or 16-byte word");
+    *reinterpret_cast<V*>(r.e) = __ldg(reinterpret_cast<const V*>(p));
+  } else {
+#pragma unroll
+    for (int c = 0; c < kV; ++c) r.e[c] = c0 + c < dim ? p[c] : FromF<T>(0.f);
+  }
+  return r;
 }
 
 inline bool Aligned(const void* p, int bytes) {

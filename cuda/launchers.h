@@ -26,6 +26,11 @@ bool TryForwardStreaming(const ConvArgs& a, cudaStream_t stream, cudaError_t* er
 int64_t StreamingBackwardTiles(const ConvArgs& a);
 cudaError_t BackwardStreaming(const ConvArgs& a, float* ws, cudaStream_t stream);
 
+// The lean channels-last backward of backward_cl_row.cu (one sequence per
+// row, 2 <= width <= 4, whole aligned channel vectors) on the plan of
+// backward.cu's BwdClKernel.
+cudaError_t BackwardClRow(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream);
+
 // dx, dweight, dbias, dinitial_states. dweight/dbias are reduced in a fixed
 // order through `workspace` (BackwardWorkspaceBytes(batch, dim, len, width)
 // bytes of device memory, from problem.h, 4-byte aligned, contents ignored),

@@ -19,7 +19,9 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last
     (jnp.float32, (1, 3, 4104), 4, False),
     (jnp.float32, (2, 12, 520), 1, False),
     (jnp.bfloat16, (2, 5, 67), 4, False),     # tiled (rows not whole vectors)
-    (jnp.bfloat16, (2, 12, 520), 4, True),    # channels-last
+    (jnp.bfloat16, (2, 12, 520), 4, True),    # channels-last (lean backward: dim % 4 == 0)
+    (jnp.float32, (2, 8, 1100), 3, True),     # channels-last, several chunks
+    (jnp.bfloat16, (2, 6, 300), 2, True),     # channels-last, general backward (dim % 4 != 0)
     (jnp.float32, (2, 5, 67), 5, True),       # general width
 ]
 for dt, (B, D, L), W, cl in CONFIGS:
