@@ -4,28 +4,17 @@
 // this one keeps only what the plain case needs and stages x and dy through
 // shared memory with cp.async, a group of steps ahead (double buffered), so
 // many bytes are in flight without holding registers. It needs whole,
-// aligned channel vectors (dim % kClV == 0). Same grid, tiling and workspace layout as
-// BwdClKernel (a block of kClX x kClY threads, kClV channels x kClSteps steps
-// per thread), so backward.cu's plan, ReduceKernel and DInitKernel apply.
+// aligned channel vectors (dim % kClV == 0). Same grid, tiling and workspace
+// layout as BwdClKernel (a block of kClX x kClY threads, kClV channels x
+// kClBwdSteps steps per thread), so backward.cu's plan, ReduceKernel and
+// DInitKernel apply.
 //   g[t] = dy[t] act'(pre[t]),  dx[p] = sum_k w[k] g[p + H - k] (+ dfinal tail),
 // walking forwards and emitting dx H steps behind the g it computes.
-#include "common.cuh"
+#include "cp_async.cuh"
 #include "launchers.h"
 
 namespace jcc::cuda {
 namespace {
-
-// Copies one kBytes word global -> shared without passing through registers
-// (zero-filled when !valid; src must still be a mapped address).
-template <int kBytes>
-__device__ __forceinline__ void CpAsync(void* dst, const void* src, bool valid) {
-  const unsigned s = unsigned(__cvta_generic_to_shared(dst));
-  const int n = valid ? kBytes : 0;
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(s), "l"(src), "n"(kBytes), "r"(n));
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending)); }
 
 // Steps per staged group: 8 x 2 tensors x 8 or 16 bytes per thread, two groups
 // in flight (double buffer), 32 KiB of shared memory per block either way.

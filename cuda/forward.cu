@@ -220,14 +220,17 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
   SegCursor cur;
   if (masked) cur.Init(a, b, ts, H);
 
-  // Steps whose loads are issued together: enough bytes in flight per thread
-  // to cover the memory latency at this kernel's occupancy.
-  constexpr int U = 8;
+  constexpr int U = kV >= 8 ? 2 : 4;  // steps whose loads are issued together
   for (int64_t t = ts; t < te; t += U) {
-    ChRaw<T, kV> xv[U];
+    float xv[U][kV], rv[U][kV];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (t + u < te) xv[u] = LoadChRaw<T, kV>(xb, D, c0, t + u, vec);
+      if (t + u < te) LoadCh<T, kV>(xb, D, c0, t + u, vec, xv[u]);
+    if (rb) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (t + u < te) LoadCh<T, kV>(rb, D, c0, t + u, vec, rv[u]);
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int64_t tt = t + u;
@@ -260,11 +263,9 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
         }
       }
 #pragma unroll
-      for (int c = 0; c < kV; ++c) out[c] = Activate(out[c], silu);
-      if (rb) {  // (loaded per step: keeping U steps of it too would spill)
-        const ChRaw<T, kV> r = LoadChRaw<T, kV>(rb, D, c0, tt, vec);
-#pragma unroll
-        for (int c = 0; c < kV; ++c) out[c] += r[c];
+      for (int c = 0; c < kV; ++c) {
+        out[c] = Activate(out[c], silu);
+        if (rb) out[c] += rv[u][c];
       }
       StoreCh<T, kV>(yb, D, c0, tt, vec, out);
 #pragma unroll
@@ -331,7 +332,7 @@ cudaError_t LaunchTile(const ConvArgs& a, cudaStream_t stream) {
 
 template <typename T, int kW>
 cudaError_t LaunchCl(const ConvArgs& a, cudaStream_t stream) {
-  constexpr int kV = 4;
+  constexpr int kV = 16 / sizeof(T) > 8 ? 8 : 16 / sizeof(T);
   const int64_t nchunk = CeilDiv(a.len, int64_t(kClSteps) * kClY);
   const int64_t gy = CeilDiv(a.dim, int64_t(kClX) * kV);
   if (a.batch * nchunk > INT_MAX || gy > 65535) return LaunchTile<T, kW>(a, stream);
@@ -349,7 +350,8 @@ cudaError_t LaunchCl(const ConvArgs& a, cudaStream_t stream) {
 template <typename T>
 cudaError_t ForwardT(const ConvArgs& a, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
-  if (a.batch > 0 && a.dim > 0 && a.len > 0 && TryForwardStreaming(a, stream, &err)) {
+  const bool nonempty = a.batch > 0 && a.dim > 0 && a.len > 0;
+  if (nonempty && (TryForwardStreaming(a, stream, &err) || TryForwardClRow(a, stream, &err))) {
     if (err != cudaSuccess) return err;
   } else if (a.batch > 0 && a.dim > 0 && a.len > 0) {
     if (a.channels_last) {

@@ -20,6 +20,11 @@ cudaError_t Forward(const ConvArgs& a, cudaStream_t stream);
 // false, launching nothing, otherwise.
 bool TryForwardStreaming(const ConvArgs& a, cudaStream_t stream, cudaError_t* err);
 
+// The lean channels-last forward of forward_cl_row.cu for y, when the problem
+// fits it (one sequence per row, 2 <= width <= 4, whole aligned 16-byte
+// channel vectors): returns false, launching nothing, otherwise.
+bool TryForwardClRow(const ConvArgs& a, cudaStream_t stream, cudaError_t* err);
+
 // The streaming backward of backward_stream.cu: its warp chunks per row when
 // the problem fits it (as TryForwardStreaming), else 0; and its launch,
 // writing per-chunk partials to the workspace that Backward then reduces.

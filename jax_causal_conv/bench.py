@@ -52,10 +52,21 @@ def timeit(f, *args, reps=50, warmup=5, inner=1, calls=1):
 
 
 def looped(fn, n):
-    """Jitted loop of n dependent calls (x -> fn(x)), for small shapes."""
+    """Jitted loop of n dependent calls (x -> fn(x))."""
     @jax.jit
     def f(x, *rest):
         return lax.fori_loop(0, n, lambda i, x: fn(x, *rest).astype(x.dtype), x)
+    return f
+
+
+def batched(fn):
+    """One jitted program calling fn on each of several inputs (independent
+    calls, no loop): for small, launch-bound shapes, the device time per call
+    without a host dispatch per call (a loop would add a carry copy for every
+    impl that is not fused into the carry update)."""
+    @jax.jit
+    def f(xs, *rest):
+        return [fn(x, *rest) for x in xs]
     return f
 
 
@@ -129,19 +140,22 @@ def bench_conv(platform, W=4, log=print):
         nbytes = x.size * x.dtype.itemsize
         small = nbytes < (64 << 20)
         gpu = platform == "gpu"
-        # Small shapes: a device-side loop of n dependent calls (the loop adds
-        # a carry copy per step for every impl alike). Large: `calls`
-        # back-to-back asynchronous dispatches per sample.
-        n = 50 if (gpu and small) else 1
+        # Small shapes: one program of n independent calls on n inputs
+        # (batched). Large: `calls` back-to-back asynchronous dispatches per
+        # sample.
+        n = 16 if (gpu and small) else 1
         calls = 10 if gpu else 1
         reps = 20 if gpu else 5
-        wrap = (lambda fn: looped(fn, n)) if n > 1 else jax.jit
-        cf = 1 if n > 1 else calls
-        t_copy = timeit(wrap(lambda x: -x), x, reps=reps, inner=n, calls=cf)
+        if n > 1:
+            xin = tuple(x * (1 + i / n) for i in range(n))
+            wrap, cf = batched, 1
+        else:
+            xin, wrap, cf = x, jax.jit, calls
+        t_copy = timeit(wrap(lambda x, *_: -x), xin, reps=reps, inner=n, calls=cf)
         name = f"({B},{D},{L}) {jnp.dtype(dt).name}{' CL' if cl else ''}"
         for impl, fn in _impls(cl).items():
             try:
-                t_f = timeit(wrap(fn), x, w, b, reps=reps, inner=n, calls=cf)
+                t_f = timeit(wrap(fn), xin, w, b, reps=reps, inner=n, calls=cf)
                 bwd = jax.jit(_grad(fn))
                 t_b = timeit(bwd, x, w, b, g, reps=reps, calls=calls)
             except Exception as e:  # a baseline that does not run here

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import _grad, bench_decode, looped, timeit
+from jax_causal_conv.bench import _grad, batched, bench_decode, timeit
 
 rng = np.random.default_rng(0)
 if "decode-only" not in sys.argv:
@@ -21,14 +21,15 @@ if "decode-only" not in sys.argv:
         b = jnp.asarray(rng.standard_normal((D,)), dt)
         g = jnp.asarray(rng.standard_normal(shape), dt)
         small = x.size * x.dtype.itemsize < (64 << 20)
-        n = 50 if small else 1
-        wrap = (lambda f: looped(f, n)) if small else jax.jit
+        n = 16 if small else 1
+        wrap = batched if small else jax.jit
         cf = 1 if small else 10
+        xin = tuple(x * (1 + i / n) for i in range(n)) if small else x
         ours = lambda x, w, b: jcc.causal_conv1d(x, w, b, channels_last=cl, backend="ffi")
         ref = lambda x, w, b: jcc.reference.causal_conv1d(x, w, b, channels_last=cl)
-        tc = timeit(wrap(lambda x: -x), x, reps=20, inner=n, calls=cf)
-        to = timeit(wrap(ours), x, w, b, reps=20, inner=n, calls=cf)
-        tr = timeit(wrap(ref), x, w, b, reps=20, inner=n, calls=cf)
+        tc = timeit(wrap(lambda x, *_: -x), xin, reps=20, inner=n, calls=cf)
+        to = timeit(wrap(ours), xin, w, b, reps=20, inner=n, calls=cf)
+        tr = timeit(wrap(ref), xin, w, b, reps=20, inner=n, calls=cf)
         tob = timeit(jax.jit(_grad(ours)), x, w, b, g, reps=20, calls=10)
         trb = timeit(jax.jit(_grad(ref)), x, w, b, g, reps=20, calls=10)
         print(f"{str((B, D, L)):18s} {jnp.dtype(dt).name:8s} {'CL' if cl else 'CF'}  copy {tc*1e3:.4f}  "

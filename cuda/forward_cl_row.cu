@@ -1,0 +1,152 @@
+// Channels-last forward for the hot case: one sequence per row (no seq_idx /
+// varlen), 2 <= W <= 4, whole aligned 16-byte channel vectors. A block of
+// kClX x kClY threads; each thread owns one 16-byte vector of channels and a
+// slice of kClFwdSteps time steps, and stages x (and the residual) through
+// shared memory with cp.async one group of steps ahead, so loads stay in
+// flight while it computes (the general FwdClKernel of forward.cu, with the
+// segment bookkeeping, held too few). final_states stay with forward.cu.
+#include <climits>
+
+#include "cp_async.cuh"
+#include "launchers.h"
+
+namespace jcc::cuda {
+namespace {
+
+constexpr int kClFwdSteps = 64;  // time steps per thread
+constexpr int kStage = 8;        // steps per staged group
+
+template <typename T, int kW>
+__global__ void __launch_bounds__(kClX * kClY)
+    FwdClRowKernel(const ConvArgs a, int64_t nchunk) {
+  constexpr int H = kW - 1, kV = 16 / int(sizeof(T)), U = kStage;
+  constexpr int kThreadsPerBlock = kClX * kClY;
+  using Raw = ChRaw<T, kV>;
+  // stage[buffer][tensor: x, residual][step][thread], dynamic: the residual
+  // half only when there is a residual
+  extern __shared__ uint4 smem_raw[];
+  const bool has_res = a.residual != nullptr;
+  auto slot = [&](int buf, int tensor, int u) -> Raw& {
+    Raw* base = reinterpret_cast<Raw*>(smem_raw);
+    const int tensors = has_res ? 2 : 1;
+    return base[((buf * tensors + tensor) * U + u) * kThreadsPerBlock + threadIdx.y * kClX +
+                threadIdx.x];
+  };
+  const int64_t D = a.dim, L = a.len;
+  const int64_t b = blockIdx.x / nchunk, chunk = blockIdx.x % nchunk;
+  const int64_t c0 = (int64_t(blockIdx.y) * kClX + threadIdx.x) * kV;
+  const int64_t ts = (chunk * kClY + threadIdx.y) * kClFwdSteps;
+  const int64_t te = Min64(L, ts + kClFwdSteps);
+  if (c0 >= D || ts >= te) return;
+  const T* xb = static_cast<const T*>(a.x) + b * L * D + c0;
+  const T* rb = has_res ? static_cast<const T*>(a.residual) + b * L * D + c0 : nullptr;
+  T* yb = static_cast<T*>(a.y) + b * L * D + c0;
+  auto stage_group = [&](int64_t t, int buf) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const bool ok = t + u < te;
+      const int64_t off = ok ? (t + u) * D : 0;
+      CpAsync<sizeof(Raw)>(&slot(buf, 0, u), xb + off, ok);
+      if (has_res) CpAsync<sizeof(Raw)>(&slot(buf, 1, u), rb + off, ok);
+    }
+    CpAsyncCommit();
+  };
+  stage_group(ts, 0);  // in flight while the weights and history load
+
+  const int64_t wbase = (b / a.batch_per_group()) * D + c0;
+  float w[kW][kV], bias[kV];
+#pragma unroll
+  for (int c = 0; c < kV; ++c) {
+#pragma unroll
+    for (int k = 0; k < kW; ++k) w[k][c] = LoadAnyF(a.weight, a.w_dtype, (wbase + c) * kW + k);
+    bias[c] = a.bias ? LoadAnyF(a.bias, a.b_dtype, wbase + c) : 0.f;
+  }
+  float win[H][kV];  // input at steps t - H .. t - 1
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const int64_t t = ts - H + i;
+    if (t >= 0) {
+      const Raw r = LoadChRaw<T, kV>(xb, D, 0, t, true);
+#pragma unroll
+      for (int c = 0; c < kV; ++c) win[i][c] = r[c];
+    } else {
+#pragma unroll
+      for (int c = 0; c < kV; ++c)
+        win[i][c] = a.initial_states ? LoadState<T>(a, a.initial_states, b, c0 + c, H + t) : 0.f;
+    }
+  }
+  const bool silu = a.act == Activation::kSilu;
+  int buf = 0;
+  for (int64_t t = ts; t < te; t += U, buf ^= 1) {
+    if (t + U < te) {  // prefetch the next group, then wait for this one
+      stage_group(t + U, buf ^ 1);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    for (int u = 0; u < U && t + u < te; ++u) {
+      const Raw xr = slot(buf, 0, u);
+      float out[kV];
+#pragma unroll
+      for (int c = 0; c < kV; ++c) {
+        const float xt = xr[c];
+        float acc = bias[c] + w[H][c] * xt;
+#pragma unroll
+        for (int k = 0; k < H; ++k) acc += w[k][c] * win[k][c];
+        out[c] = Activate(acc, silu);
+#pragma unroll
+        for (int k = 0; k + 1 < H; ++k) win[k][c] = win[k + 1][c];
+        win[H - 1][c] = xt;
+      }
+      if (has_res) {
+        const Raw rr = slot(buf, 1, u);
+#pragma unroll
+        for (int c = 0; c < kV; ++c) out[c] += rr[c];
+      }
+      StoreVec<T, kV>(yb + (t + u) * D, out);
+    }
+  }
+}
+
+template <typename T, int kW>
+cudaError_t Launch(const ConvArgs& a, int64_t nchunk, unsigned gy, cudaStream_t stream) {
+  const size_t smem = size_t(2) * (a.residual ? 2 : 1) * kStage * kClX * kClY * 16;
+  auto* kernel = FwdClRowKernel<T, kW>;
+  if (smem > 48 * 1024) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  kernel<<<dim3(unsigned(a.batch * nchunk), gy), dim3(kClX, kClY), smem, stream>>>(a, nchunk);
+  return cudaGetLastError();
+}
+
+template <typename T>
+bool TryT(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
+  constexpr int kV = 16 / int(sizeof(T));
+  const int64_t nchunk = CeilDiv(a.len, int64_t(kClFwdSteps) * kClY);
+  const int64_t gy = CeilDiv(a.dim, int64_t(kClX) * kV);
+  if (!a.channels_last || a.mode != SegmentMode::kRow || a.width < 2 || a.width > 4 ||
+      a.dim % kV != 0 || !Aligned(a.x, 16) || !Aligned(a.y, 16) ||
+      (a.residual && !Aligned(a.residual, 16)) || a.batch * nchunk > INT_MAX || gy > 65535)
+    return false;
+  switch (a.width) {
+    case 2: *err = Launch<T, 2>(a, nchunk, unsigned(gy), stream); break;
+    case 3: *err = Launch<T, 3>(a, nchunk, unsigned(gy), stream); break;
+    default: *err = Launch<T, 4>(a, nchunk, unsigned(gy), stream); break;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool TryForwardClRow(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
+  switch (a.x_dtype) {
+    case DType::kF32: return TryT<float>(a, stream, err);
+    case DType::kF16: return TryT<__half>(a, stream, err);
+    case DType::kBF16: return TryT<__nv_bfloat16>(a, stream, err);
+    default: return false;
+  }
+}
+
+}  // namespace jcc::cuda
