@@ -130,6 +130,33 @@ struct RawVec {  // kBytes of T in 16-byte words
   __device__ __forceinline__ T& operator[](int j) { return reinterpret_cast<T*>(w)[j]; }
 };
 
+// n consecutive elements from element `first` of a run-time-dtype array
+// (16-byte aligned there), as floats: raw 16-byte loads, then one switch.
+template <int n>
+__device__ __forceinline__ void LoadRowF(const void* base, DType t, int64_t first, float* out) {
+  constexpr int kWords = (n * 4 + 15) / 16;  // enough for float32; fewer used for 2-byte types
+  uint4 raw[kWords];
+  const int bytes = t == DType::kF32 ? 4 : 2;
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + first * bytes);
+#pragma unroll
+  for (int i = 0; i < kWords; ++i)
+    if (i * 16 < n * bytes) raw[i] = __ldg(p + i);
+  switch (t) {
+    case DType::kF32:
+#pragma unroll
+      for (int j = 0; j < n; ++j) out[j] = reinterpret_cast<const float*>(raw)[j];
+      break;
+    case DType::kF16:
+#pragma unroll
+      for (int j = 0; j < n; ++j) out[j] = __half2float(reinterpret_cast<const __half*>(raw)[j]);
+      break;
+    default:
+#pragma unroll
+      for (int j = 0; j < n; ++j) out[j] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(raw)[j]);
+      break;
+  }
+}
+
 template <typename T, int kW>
 __global__ void __launch_bounds__(kUpdateThreads) UpdateVecKernel(const UpdateArgs u) {
   constexpr int C = kVecChannels, H = kW - 1;
@@ -146,13 +173,15 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateVecKernel(const UpdateAr
   if (live) sv.Load(st);
   else sv.Zero();
   const int64_t wrow = (b / (u.batch / u.groups)) * u.dim + d0;
+  // The 8 channels' taps (8 x kW contiguous) and biases, as raw 16-byte words
+  // loaded at once; converted after one switch on the (run-time) dtype, so
+  // no load waits inside a per-element switch.
   float w[C][kW], bias[C];
+  LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
+  if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
+  else
 #pragma unroll
-  for (int c = 0; c < C; ++c) {
-#pragma unroll
-    for (int k = 0; k < kW; ++k) w[c][k] = LoadAnyF(u.weight, u.w_dtype, (wrow + c) * kW + k);
-    bias[c] = u.bias ? LoadAnyF(u.bias, u.b_dtype, wrow + c) : 0.f;
-  }
+    for (int c = 0; c < C; ++c) bias[c] = 0.f;
   // Circular buffer: the oldest entry, and the one the new token replaces.
   int head = 0;
   if (u.cache_seqlens) head = int(((int64_t(u.cache_seqlens[b]) % H) + H) % H);
@@ -199,8 +228,12 @@ bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_
 
 template <typename T>
 bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
+  // (the weights and bias may also be float64 on the CPU only; here they are
+  // float32/float16/bfloat16, whose 8-channel rows are whole 16-byte words)
   if (u.seqlen != 1 || u.width < 2 || u.width > 4 || u.state_len != u.width - 1 ||
-      u.dim % kVecChannels != 0 || !Aligned16(u.x) || !Aligned16(u.y) || !Aligned16(u.conv_state))
+      u.dim % kVecChannels != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
+      !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
+      u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64)
     return false;
   const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / kVecChannels), kUpdateThreads));
   switch (u.width) {

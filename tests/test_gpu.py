@@ -176,6 +176,8 @@ def test_small_update_vector_path(dtype, W, wdtype):
             assert err <= REL[dtype], f"update vs reference {sorted(kw)}: {err}"
         if "conv_state_indices" in kw:  # padding row: zeros out, no slot touched
             assert np.all(got[0][1] == 0)
+    f = lambda x, st: jcc.causal_conv1d_update(x, st, w, None, backend="ffi")
+    check(f, (x, st), dtype, "update, no bias")
 
 
 @pytest.mark.parametrize("cl", [False, True])
