@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import jax
 
+try:  # for the command-buffer trait; its home may move between jaxlib versions
+    from jaxlib import xla_client
+except ImportError:  # pragma: no cover
+    xla_client = None
+
 from . import _jcc_cpu
 
 FORWARD = "jax_causal_conv_fwd_v1"
@@ -33,8 +38,15 @@ def _register():
     for name, capsule in _jcc_cpu.registrations().items():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     if _jcc_cuda is not None:
+        # The handlers only launch work on XLA's stream and allocate nothing, so
+        # XLA may record them into command buffers (CUDA graphs). XLA reads this
+        # trait from the registration, not from the handlers' own metadata.
+        traits = {}
+        cls = getattr(xla_client, "CustomCallTargetTraits", None)
+        if cls is not None and hasattr(cls, "COMMAND_BUFFER_COMPATIBLE"):
+            traits["traits"] = cls.COMMAND_BUFFER_COMPATIBLE
         for name, capsule in _jcc_cuda.registrations().items():
-            jax.ffi.register_ffi_target(name, capsule, platform="CUDA")
+            jax.ffi.register_ffi_target(name, capsule, platform="CUDA", **traits)
 
 
 _register()

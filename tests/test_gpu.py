@@ -297,4 +297,5 @@ def test_small_command_buffers(tmp_path):
                        timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "CMD BUFFER OK" in r.stdout, r.stdout
-    print(r.stdout)
+    inside = int(r.stdout.split("CMD BUFFER OK")[1].split()[0])
+    assert inside > 0, "none of our custom calls was recorded into a command buffer: " + r.stdout
