@@ -1,0 +1,86 @@
+"""The CPU decode kernel's fast single-token path (state_len == W - 1) and its
+general path, against the reference: odd channel counts (tail blocks, several
+work items per row), circular offsets, padding slots, weight dtypes other than
+x's, vmapped weights, and non-finite inputs through silu."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_causal_conv as jcc
+from jax_causal_conv import reference
+
+from helpers import DTYPES, close, rand
+
+
+def _both(x, state, w, b, **kw):
+    got = jcc.causal_conv1d_update(x, state, w, b, backend="ffi", **kw)
+    want = reference.causal_conv1d_update(x, state, w, b, **kw)
+    return got, want
+
+
+@pytest.mark.parametrize("W", [2, 3, 4, 5])
+@pytest.mark.parametrize("extra", [0, 2])  # state_len - (W - 1): 0 is the fast path
+@pytest.mark.parametrize("mode", ["rolling", "circular", "indices", "indices+circular"])
+def test_single_token_matches_reference(W, extra, mode):
+    rng = np.random.default_rng(W * 10 + extra)
+    B, D, N = 3, 1100, 5
+    SL = W - 1 + extra
+    x, w, b = rand(rng, (B, D)), rand(rng, (D, W)), rand(rng, (D,))
+    state = rand(rng, (N, D, SL))
+    kw = {}
+    if "circular" in mode:
+        kw["cache_seqlens"] = jnp.asarray([0, 7, -5], jnp.int32)
+    if "indices" in mode:
+        kw["conv_state_indices"] = jnp.asarray([4, -1, 1], jnp.int32)
+    for act in (None, "silu"):
+        (y, new), (yr, newr) = _both(x, state, w, b, activation=act, **kw)
+        close(y, yr, jnp.float32)
+        np.testing.assert_array_equal(np.asarray(new), np.asarray(newr))  # raw copies
+
+
+@pytest.mark.parametrize("xd,wd", [("bfloat16", "bfloat16"), ("bfloat16", "float32"),
+                                   ("float16", "float32"), ("float64", "float64"),
+                                   ("float32", "bfloat16")])
+@pytest.mark.parametrize("circular", [False, True])
+def test_dtypes(xd, wd, circular):
+    rng = np.random.default_rng(1)
+    B, D, W = 4, 70, 4
+    x = rand(rng, (B, D), DTYPES[xd])
+    w, b = rand(rng, (D, W), DTYPES[wd]), rand(rng, (D,), DTYPES[wd])
+    state = rand(rng, (B, D, W - 1), DTYPES[xd])
+    kw = {"cache_seqlens": jnp.asarray([0, 1, 2, 9], jnp.int32)} if circular else {}
+    (y, new), (yr, newr) = _both(x, state, w, b, activation="silu", **kw)
+    close(y, yr, DTYPES[xd])
+    np.testing.assert_array_equal(np.asarray(new, np.float64), np.asarray(newr, np.float64))
+
+
+def test_vmapped_weights():
+    rng = np.random.default_rng(2)
+    G, B, D, W = 3, 2, 80, 4
+    x, state = rand(rng, (G, B, D)), rand(rng, (G, B, D, W - 1))
+    w, b = rand(rng, (G, D, W)), rand(rng, (G, D))
+
+    def run(backend):
+        f = lambda x, s, w, b: jcc.causal_conv1d_update(x, s, w, b, activation="silu",  # noqa: E731
+                                                         backend=backend)
+        return jax.vmap(f)(x, state, w, b)
+    (y, new), (yr, newr) = run("ffi"), run("xla")
+    close(y, yr, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(new), np.asarray(newr))
+
+
+def test_silu_non_finite_and_extreme_values_like_the_reference():
+    vals = jnp.asarray([0.0, -0.0, 1.0, -1.0, 20.0, -20.0, 87.5, -87.5, 90.0, -90.0, 1e30,
+                        -1e30, jnp.inf, -jnp.inf, jnp.nan, 1e-30], jnp.float32)
+    D, W = vals.shape[0], 2
+    x = vals[None]
+    w = jnp.zeros((D, W)).at[:, -1].set(1.0)  # y = silu(x)
+    state = jnp.zeros((1, D, W - 1))
+    (y, _), (yr, _) = _both(x, state, w, None, activation="silu")
+    y, yr = np.asarray(y), np.asarray(yr)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(yr))
+    np.testing.assert_array_equal(np.isinf(y), np.isinf(yr))
+    ok = np.isfinite(yr)
+    np.testing.assert_allclose(y[ok], yr[ok], rtol=2e-6, atol=1e-30)
