@@ -4,12 +4,20 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+
 #include <string>
 
 #include "ffi_args.h"
 #include "launchers.h"
 
 namespace jcc {
+
+// Handler executions so far: when XLA records a handler into a command buffer
+// (CUDA graph), replays run the recorded kernels without calling it, which is
+// how tests tell that the capture happened.
+std::atomic<int64_t> cuda_handler_calls{0};
+
 namespace {
 
 ffi::Error CudaStatus(cudaError_t err, const char* what) {
@@ -24,6 +32,7 @@ ffi::Error GpuDType(DType t) {
 }
 
 ffi::Error CudaForward(cudaStream_t stream, JCC_FORWARD_PARAMS) {
+  cuda_handler_calls.fetch_add(1, std::memory_order_relaxed);
   ConvArgs a;
   JCC_RETURN_IF_ERROR(MakeForwardArgs(&a, JCC_FORWARD_NAMES));
   JCC_RETURN_IF_ERROR(GpuDType(a.x_dtype));
@@ -34,6 +43,7 @@ ffi::Error CudaForward(cudaStream_t stream, JCC_FORWARD_PARAMS) {
 // extra result that XLA allocates, so nothing here allocates memory.
 ffi::Error CudaBackward(cudaStream_t stream, JCC_BACKWARD_PARAMS,
                         ffi::Result<ffi::AnyBuffer> workspace) {
+  cuda_handler_calls.fetch_add(1, std::memory_order_relaxed);
   ConvArgs a;
   JCC_RETURN_IF_ERROR(MakeBackwardArgs(&a, JCC_BACKWARD_NAMES));
   JCC_RETURN_IF_ERROR(CheckWorkspace(a, workspace));
@@ -42,6 +52,7 @@ ffi::Error CudaBackward(cudaStream_t stream, JCC_BACKWARD_PARAMS,
 }
 
 ffi::Error CudaUpdate(cudaStream_t stream, JCC_UPDATE_PARAMS) {
+  cuda_handler_calls.fetch_add(1, std::memory_order_relaxed);
   UpdateArgs u;
   JCC_RETURN_IF_ERROR(MakeUpdateArgs(&u, JCC_UPDATE_NAMES));
   JCC_RETURN_IF_ERROR(GpuDType(u.x_dtype));
@@ -55,6 +66,7 @@ ffi::Error CudaUpdate(cudaStream_t stream, JCC_UPDATE_PARAMS) {
 }
 
 ffi::Error CudaVarlenStates(cudaStream_t stream, JCC_VARLEN_STATES_PARAMS) {
+  cuda_handler_calls.fetch_add(1, std::memory_order_relaxed);
   VarlenStatesArgs v;
   JCC_RETURN_IF_ERROR(MakeVarlenStatesArgs(&v, JCC_VARLEN_STATES_NAMES));
   JCC_RETURN_IF_ERROR(GpuDType(v.x_dtype));

@@ -15,5 +15,7 @@ NB_MODULE(_jcc_cuda, m) {
     return jcc::Registrations(jcc::CudaForwardHandler, jcc::CudaBackwardHandler,
                               jcc::CudaUpdateHandler, jcc::CudaVarlenStatesHandler);
   });
+  m.def("handler_calls", []() { return jcc::cuda_handler_calls.load(); },
+        "How many times XLA has executed the CUDA handlers (not counting command-buffer replays).");
   RegisterDlpackCuda(m);
 }
