@@ -11,8 +11,9 @@ the kernel per shard instead (see docs/sharding.md):
   before its first step, which live on shard ``i-1``. They travel with one
   ``lax.ppermute`` of ``W-1`` columns and enter the local kernel as its
   ``initial_states`` (shard 0 takes the user's ``initial_states``, or zeros).
-  The backward's reverse exchange comes from ppermute's transpose applied to
-  the kernel's d(initial_states).
+  In the backward, each shard's d(halo) travels back with one ppermute and
+  enters the previous shard's backward kernel as d(final states), so that the
+  kernel adds it to d(x) in its single pass (see ``_seq_shard_conv``).
 
 All four compose with ``jit``, ``grad`` and ``vmap``. Axis arguments take a
 mesh axis name, a tuple of names (the dimension is split over their product,
@@ -155,6 +156,53 @@ def _halo(a, H, ax, axis, n_dev, fill=None):
 
 # --- full-sequence convolution -----------------------------------------------------
 
+def _seq_shard_conv(H, t_ax, sa, n_seq, kw):
+    """One sequence shard's conv, (x, w, b, residual, initial_states) -> (y, final
+    states), with the previous shard's last H inputs as its history (local
+    length >= H, no seq_idx).
+
+    Its backward does not let autodiff add the halo's gradient to d(x): that
+    would be a pad + add over all of d(x), one more pass over the largest
+    tensor. Instead each shard first gets d(halo) from its first H steps alone
+    (a small call), sends it back to the previous shard, where it is exactly
+    the gradient of that shard's final states (its last H inputs), which the
+    backward kernel adds to d(x) in its one pass."""
+    def conv(x, w, b, res, halo):
+        return causal_conv1d(x, w, b, residual=res, initial_states=halo,
+                             return_final_states=True, **kw)
+
+    def halo_of(x, init):
+        return _halo(x, H, t_ax, sa, n_seq, fill=init)
+
+    @jax.custom_vjp
+    def run(x, w, b, res, init):
+        return conv(x, w, b, res, halo_of(x, init))
+
+    def run_fwd(x, w, b, res, init):
+        halo = halo_of(x, init)
+        return conv(x, w, b, res, halo), (x, w, b, res, init, halo)
+
+    def run_bwd(saved, cts):
+        x, w, b, res, init, halo = saved
+        dy, dfin = cts
+        # d(halo): only the first H steps read the history
+        _, head_vjp = jax.vjp(lambda h: conv(_take(x, 0, H, t_ax), w, b, None, h)[0], halo)
+        (dhalo,) = head_vjp(_take(dy, 0, H, t_ax))
+        # ... which is the previous shard's d(final states)
+        recv = lax.ppermute(dhalo, sa, [(s + 1, s) for s in range(n_seq - 1)])
+        _, vjp = jax.vjp(conv, x, w, b, res, halo)
+        dx, dw, db, dres, _ = vjp((dy, dfin + recv.astype(dfin.dtype)))
+        # the user's initial_states reach shard 0's halo only (d(x) from this
+        # path is the pad + add avoided above; unused, XLA drops it)
+        _, fill_vjp = jax.vjp(halo_of, x, init)
+        dinit = fill_vjp(dhalo)[1] if init is not None else None
+        return dx, dw, db, dres, dinit
+
+    run.defvjp(run_fwd, run_bwd)
+    return run
+
+
+
 def causal_conv1d_sharded(x, weight, bias=None, *, mesh, batch_axis=None, channel_axis=None,
                           seq_axis=None, activation=None, residual=None, seq_idx=None,
                           initial_states=None, return_final_states=False, channels_last=False,
@@ -213,11 +261,14 @@ def causal_conv1d_sharded(x, weight, bias=None, *, mesh, batch_axis=None, channe
 
     def body(x, w, b, res, sidx, init):
         Ll = x.shape[t_ax]
-        halo = _halo(x, H, t_ax, sa, n_seq, fill=init)
-        if sidx is None:
+        if sidx is None and Ll >= H:
+            y, fin = _seq_shard_conv(H, t_ax, sa, n_seq, kw)(x, w, b, res, init)
+        elif sidx is None:
+            halo = _halo(x, H, t_ax, sa, n_seq, fill=init)
             y, fin = causal_conv1d(x, w, b, residual=res, initial_states=halo,
                                    return_final_states=True, **kw)
         else:
+            halo = _halo(x, H, t_ax, sa, n_seq, fill=init)
             # The kernel takes no history in seq_idx mode: run it on the shard
             # alone (its start treated as a sequence start), then recompute the
             # first min(W-1, Ll) outputs from [halo, head] with the halo's
