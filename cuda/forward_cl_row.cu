@@ -13,7 +13,7 @@
 namespace jcc::cuda {
 namespace {
 
-constexpr int kClFwdSteps = 128;  // time steps per thread (halo re-reads: H / 128)
+constexpr int kClFwdSteps = 64;  // time steps per thread
 constexpr int kStage = 8;        // steps per staged group
 
 template <typename T, int kW>

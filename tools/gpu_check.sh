@@ -14,8 +14,14 @@ t0=$SECONDS
   || { tail -50 "$OUT/build.log"; exit 1; }
 echo "build: $((SECONDS - t0)) s"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -m pytest -q -x tests/test_gpu.py 2>&1 | tee "$OUT/test_gpu.log" | tail -3
-python3 -m pytest -q tests/test_torch.py -k "cuda or gpu" 2>&1 | tail -2
+# the GPU suite in three processes (one GPU is enough; the tests are small)
+( python3 -m pytest -q tests/test_gpu.py -k "small_forward_backward and (float32 or float16)" > "$OUT/test_gpu_1.log" 2>&1 &
+  python3 -m pytest -q tests/test_gpu.py -k "small_forward_backward and bfloat16" > "$OUT/test_gpu_2.log" 2>&1 &
+  python3 -m pytest -q tests/test_gpu.py -k "not small_forward_backward" > "$OUT/test_gpu_3.log" 2>&1 &
+  wait )
+for i in 1 2 3; do echo "test_gpu part $i: $(tail -1 "$OUT/test_gpu_$i.log")"; done
+grep -h "^FAILED" "$OUT"/test_gpu_*.log | head -5
+python3 -m pytest -q tests/test_torch.py -k "cuda or gpu" 2>&1 | tail -1
 python3 -m jax_causal_conv.bench gpu docs/benchmarks.md > "$OUT/bench.log" 2>&1; tail -30 "$OUT/bench.log"
 cp docs/benchmarks.md "$OUT/"
 python3 -m pytest -q tests/test_scale.py 2>&1 | tail -2
