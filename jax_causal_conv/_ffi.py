@@ -39,8 +39,8 @@ def _register():
         jax.ffi.register_ffi_target(name, capsule, platform="cpu")
     if _jcc_cuda is not None:
         # The handlers only launch work on XLA's stream and allocate nothing, so
-        # XLA may record them into command buffers (CUDA graphs). XLA reads this
-        # trait from the registration, not from the handlers' own metadata.
+        # XLA may record them into command buffers (CUDA graphs); the trait is
+        # passed with the registration (register_custom_call_target's `traits`).
         traits = {}
         cls = getattr(xla_client, "CustomCallTargetTraits", None)
         if cls is not None and hasattr(cls, "COMMAND_BUFFER_COMPATIBLE"):
