@@ -545,23 +545,7 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
       }
     }
   }
-  // Partial sums over the block's time slices, in order of slice.
-#pragma unroll
-  for (int k = 0; k <= kW; ++k)
-#pragma unroll
-    for (int c = 0; c < kV; ++c) red[threadIdx.y][threadIdx.x][k * kV + c] = dw[k][c];
-  __syncthreads();
-  if (threadIdx.y == 0 && c0 < D) {
-    const int64_t nparts = bpg * nchunk, part = (b % bpg) * nchunk + chunk;
-    for (int c = 0; c < kV && c0 + c < D; ++c) {
-      float* wsrow = ws + ((grp * nparts + part) * D + c0 + c) * (kW + 1);
-      for (int k = 0; k <= kW; ++k) {
-        float s = 0.f;
-        for (int y = 0; y < kClY; ++y) s += red[y][threadIdx.x][k * kV + c];
-        wsrow[k] = s;
-      }
-    }
-  }
+  WriteClPartials<kW, kV>(a, red, dw, b, c0, nchunk, chunk, ws);
 }
 
 // dweight[g, d, k] (k < W) and dbias[g, d] (k == W) from the workspace

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kClX * kClY)
   const int64_t te = Min64(L, ts + kClBwdSteps);
   const bool active = c0 < D && ts < te;
   const bool silu = a.act == Activation::kSilu;
-  const int64_t bpg = a.batch_per_group(), grp = b / bpg;
+  const int64_t grp = b / a.batch_per_group();
 
   float dw[kW + 1][kV] = {};
   if (active) {
@@ -71,22 +71,8 @@ __global__ void __launch_bounds__(kClX * kClY)
     T* dxb = static_cast<T*>(a.dx) + b * L * D;
     const T* dfin = static_cast<const T*>(a.dfinal_states);
 
-    float xw[kHist][kV], gw[kHist][kV];  // input and g at steps t - H .. t - 1
-#pragma unroll
-    for (int i = 0; i < H; ++i) {
-      const int64_t t = ts - H + i;
-#pragma unroll
-      for (int c = 0; c < kV; ++c) gw[i][c] = 0.f;
-      if (t >= 0) {
-        const Raw r = LoadChRaw<T, kV>(xb, D, 0, t, true);
-#pragma unroll
-        for (int c = 0; c < kV; ++c) xw[i][c] = r[c];
-      } else {
-#pragma unroll
-        for (int c = 0; c < kV; ++c)
-          xw[i][c] = a.initial_states ? LoadState<T>(a, a.initial_states, b, c0 + c, H + t) : 0.f;
-      }
-    }
+    float xw[kHist][kV], gw[kHist][kV] = {};  // input and g at steps t - H .. t - 1
+    LoadClHistory<T, kV, H>(a, xb, b, c0, ts, xw);
     int buf = 0;
     for (int64_t t = ts; t < tend; t += U, buf ^= 1) {
       if (t + U < tend) {  // prefetch the next group, then wait for this one
@@ -146,23 +132,7 @@ __global__ void __launch_bounds__(kClX * kClY)
       }
     }
   }
-  // Partial sums over the block's time slices, in order of slice.
-#pragma unroll
-  for (int k = 0; k <= kW; ++k)
-#pragma unroll
-    for (int c = 0; c < kV; ++c) red[threadIdx.y][threadIdx.x][k * kV + c] = dw[k][c];
-  __syncthreads();
-  if (threadIdx.y == 0 && c0 < D) {
-    const int64_t nparts = bpg * nchunk, part = (b % bpg) * nchunk + chunk;
-    for (int c = 0; c < kV && c0 + c < D; ++c) {
-      float* wsrow = ws + ((grp * nparts + part) * D + c0 + c) * (kW + 1);
-      for (int k = 0; k <= kW; ++k) {
-        float s = 0.f;
-        for (int y = 0; y < kClY; ++y) s += red[y][threadIdx.x][k * kV + c];
-        wsrow[k] = s;
-      }
-    }
-  }
+  WriteClPartials<kW, kV>(a, red, dw, b, c0, nchunk, chunk, ws);
 }
 
 template <typename T>

@@ -303,6 +303,53 @@ __device__ __forceinline__ ChRaw<T, kV> LoadChRaw(const T* row, int64_t dim, int
   return r;
 }
 
+// History of a channels-last thread at the start of its slice: win[i] = the
+// input at step ts - H + i for kV channels from c0 (the initial states, or
+// zeros, before step 0). xb points at channel c0 of batch row b; whole vectors.
+template <typename T, int kV, int H>
+__device__ __forceinline__ void LoadClHistory(const ConvArgs& a, const T* xb, int64_t b, int64_t c0,
+                                              int64_t ts, float (*win)[kV]) {
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const int64_t t = ts - H + i;
+    if (t >= 0) {
+      const ChRaw<T, kV> r = LoadChRaw<T, kV>(xb, a.dim, 0, t, true);
+#pragma unroll
+      for (int c = 0; c < kV; ++c) win[i][c] = r[c];
+    } else {
+#pragma unroll
+      for (int c = 0; c < kV; ++c)
+        win[i][c] = a.initial_states ? LoadState<T>(a, a.initial_states, b, c0 + c, H + t) : 0.f;
+    }
+  }
+}
+
+// Channels-last backward blocks: adds each thread's partial dweight/dbias
+// (dw[k][c], k == W for the bias) over the block's kClY time slices, in slice
+// order, and writes them to ws[grp][part][d][W + 1] for ReduceKernel.
+template <int kW, int kV>
+__device__ __forceinline__ void WriteClPartials(const ConvArgs& a, float (*red)[kClX][kV * (kW + 1)],
+                                                const float (&dw)[kW + 1][kV], int64_t b, int64_t c0,
+                                                int64_t nchunk, int64_t chunk, float* ws) {
+#pragma unroll
+  for (int k = 0; k <= kW; ++k)
+#pragma unroll
+    for (int c = 0; c < kV; ++c) red[threadIdx.y][threadIdx.x][k * kV + c] = dw[k][c];
+  __syncthreads();
+  if (threadIdx.y == 0 && c0 < a.dim) {
+    const int64_t bpg = a.batch_per_group(), grp = b / bpg;
+    const int64_t nparts = bpg * nchunk, part = (b % bpg) * nchunk + chunk;
+    for (int c = 0; c < kV && c0 + c < a.dim; ++c) {
+      float* wsrow = ws + ((grp * nparts + part) * a.dim + c0 + c) * (kW + 1);
+      for (int k = 0; k <= kW; ++k) {
+        float s = 0.f;
+        for (int y = 0; y < kClY; ++y) s += red[y][threadIdx.x][k * kV + c];
+        wsrow[k] = s;
+      }
+    }
+  }
+}
+
 inline bool Aligned(const void* p, int bytes) {
   return (reinterpret_cast<uintptr_t>(p) % bytes) == 0;
 }

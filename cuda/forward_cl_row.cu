@@ -62,19 +62,7 @@ __global__ void __launch_bounds__(kClX * kClY)
     bias[c] = a.bias ? LoadAnyF(a.bias, a.b_dtype, wbase + c) : 0.f;
   }
   float win[H][kV];  // input at steps t - H .. t - 1
-#pragma unroll
-  for (int i = 0; i < H; ++i) {
-    const int64_t t = ts - H + i;
-    if (t >= 0) {
-      const Raw r = LoadChRaw<T, kV>(xb, D, 0, t, true);
-#pragma unroll
-      for (int c = 0; c < kV; ++c) win[i][c] = r[c];
-    } else {
-#pragma unroll
-      for (int c = 0; c < kV; ++c)
-        win[i][c] = a.initial_states ? LoadState<T>(a, a.initial_states, b, c0 + c, H + t) : 0.f;
-    }
-  }
+  LoadClHistory<T, kV, H>(a, xb, b, c0, ts, win);
   const bool silu = a.act == Activation::kSilu;
   int buf = 0;
   for (int64_t t = ts; t < te; t += U, buf ^= 1) {

@@ -128,6 +128,21 @@ def test_small_varlen(dtype, W):
     check(fs, (x,), dtype, "varlen_states")
 
 
+def check_update_modes(x, st, w, b, dtype, seqlens, idx):
+    """GPU vs CPU kernel vs reference, rolling / circular, with and without slot
+    indices (idx[1] == -1: a padding row, whose output must be zeros)."""
+    for kw in ({}, {"cache_seqlens": seqlens}, {"conv_state_indices": idx},
+               {"cache_seqlens": seqlens, "conv_state_indices": idx}):
+        f = lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu", backend="ffi", **kw)
+        got = check(f, (x, st), dtype, f"update {sorted(kw)}")
+        ref = run(CPU, lambda x, st: jcc.reference.causal_conv1d_update(x, st, w, b, activation="silu", **kw), x, st)
+        for g, r in zip(got, ref):
+            err = np.max(np.abs(g - r)) / max(1.0, np.max(np.abs(r)))
+            assert err <= REL[dtype], f"update vs reference {sorted(kw)}: {err}"
+        if "conv_state_indices" in kw:
+            assert np.all(got[0][1] == 0)
+
+
 @pytest.mark.parametrize("dtype", list(DT))
 @pytest.mark.parametrize("W", [1, 2, 4, 5])
 @pytest.mark.parametrize("S", [1, 3])
@@ -139,16 +154,8 @@ def test_small_update(dtype, W, S):
     st = jnp.asarray(rng.standard_normal((slots, D, SL)), dt)
     w = jnp.asarray(rng.standard_normal((D, W)), jnp.float32)
     b = jnp.asarray(rng.standard_normal((D,)), jnp.float32)
-    seqlens = jnp.asarray([0, 3, 7, -2, 100], jnp.int32)
-    idx = jnp.asarray([4, -1, 0, 8, 2], jnp.int32)
-    for kw in ({}, {"cache_seqlens": seqlens}, {"conv_state_indices": idx},
-               {"cache_seqlens": seqlens, "conv_state_indices": idx}):
-        f = lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu", backend="ffi", **kw)
-        got = check(f, (x, st), dtype, f"update {sorted(kw)}")
-        ref = run(CPU, lambda x, st: jcc.reference.causal_conv1d_update(x, st, w, b, activation="silu", **kw), x, st)
-        for g, r in zip(got, ref):
-            err = np.max(np.abs(g - r)) / max(1.0, np.max(np.abs(r)))
-            assert err <= REL[dtype], f"update vs reference {sorted(kw)}: {err}"
+    check_update_modes(x, st, w, b, dtype, jnp.asarray([0, 3, 7, -2, 100], jnp.int32),
+                       jnp.asarray([4, -1, 0, 8, 2], jnp.int32))
 
 
 @pytest.mark.parametrize("dtype", list(DT))
@@ -164,18 +171,8 @@ def test_small_update_vector_path(dtype, W, wdtype):
     st = jnp.asarray(rng.standard_normal((slots, D, W - 1)), dt)
     w = jnp.asarray(rng.standard_normal((D, W)), wt)
     b = jnp.asarray(rng.standard_normal((D,)), wt)
-    seqlens = jnp.asarray([0, 1, 2, 7, -5, 100], jnp.int32)
-    idx = jnp.asarray([4, -1, 0, 8, 2, 5], jnp.int32)
-    for kw in ({}, {"cache_seqlens": seqlens}, {"conv_state_indices": idx},
-               {"cache_seqlens": seqlens, "conv_state_indices": idx}):
-        f = lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu", backend="ffi", **kw)
-        got = check(f, (x, st), dtype, f"update {sorted(kw)}")
-        ref = run(CPU, lambda x, st: jcc.reference.causal_conv1d_update(x, st, w, b, activation="silu", **kw), x, st)
-        for g, r in zip(got, ref):
-            err = np.max(np.abs(g - r)) / max(1.0, np.max(np.abs(r)))
-            assert err <= REL[dtype], f"update vs reference {sorted(kw)}: {err}"
-        if "conv_state_indices" in kw:  # padding row: zeros out, no slot touched
-            assert np.all(got[0][1] == 0)
+    check_update_modes(x, st, w, b, dtype, jnp.asarray([0, 1, 2, 7, -5, 100], jnp.int32),
+                       jnp.asarray([4, -1, 0, 8, 2, 5], jnp.int32))
     f = lambda x, st: jcc.causal_conv1d_update(x, st, w, None, backend="ffi")
     check(f, (x, st), dtype, "update, no bias")
 
