@@ -1,10 +1,13 @@
 // CPU kernels for the causal depthwise conv1d.
 //
-// Work is split over (batch row, block of kBlock channels). Each block walks
-// its sequence in time chunks through a small [time][channel] buffer, so the
-// inner loops run over contiguous channels and vectorise, whichever layout x
-// has. The buffer keeps the W-1 most recent inputs between chunks, which makes
-// long sequences, initial states and final states one mechanism.
+// Forward (see the section in cpu_kernels_impl.inc): channels-first rows are
+// streamed along time, everything else goes through tiles with channels
+// innermost; either way the inner loops run over contiguous memory and
+// vectorise. Backward: work is split over (weight group, block of kBlock
+// channels); each block walks its sequence in time chunks through small
+// buffers that keep the W-1 most recent inputs between chunks, and reduces
+// the weight gradients in a fixed order. Decode update: one row's channels
+// at a time, vectorised over channels for the common single-token step.
 #include "cpu_kernels.h"
 
 #include <algorithm>
