@@ -1,7 +1,12 @@
-"""The CPU decode kernel's fast single-token path (state_len == W - 1) and its
-general path, against the reference: odd channel counts (tail blocks, several
-work items per row), circular offsets, padding slots, weight dtypes other than
-x's, vmapped weights, and non-finite inputs through silu."""
+"""Schedules of the CPU kernels against the reference.
+
+Forward: work items that split a channels-last row along time (segments,
+empty varlen sequences and final states across item boundaries), and
+channels-first rows on both sides of the row/tile switch. Decode: the fast
+single-token path (state_len == W - 1) and the general one, with odd channel
+counts (tail blocks, several work items per row), circular offsets, padding
+slots, weight dtypes other than x's, vmapped weights, and non-finite inputs
+through silu."""
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +18,57 @@ from jax_causal_conv import reference
 
 from helpers import DTYPES, close, rand
 
+
+# --- forward -------------------------------------------------------------------
+
+@pytest.mark.parametrize("W", [1, 4, 6])
+@pytest.mark.parametrize("mode", ["row", "seq_idx"])
+def test_channels_last_rows_split_along_time(W, mode):
+    """D = 700: a work item covers 46 steps, so a row of 300 splits in 7."""
+    rng = np.random.default_rng(W)
+    B, L, D = 2, 300, 700
+    x, w, b = rand(rng, (B, L, D)), rand(rng, (D, W)), rand(rng, (D,))
+    res = rand(rng, (B, L, D))
+    kw = dict(activation="silu", residual=res, channels_last=True, return_final_states=True)
+    if mode == "row":
+        kw["initial_states"] = rand(rng, (B, W - 1, D))
+    else:
+        kw["seq_idx"] = jnp.asarray(np.repeat([[0] * 45 + [1] * 2 + [2] * 150 + [3] * 103], B, 0),
+                                    jnp.int32)
+    (y, fin), (yr, finr) = jcc.causal_conv1d(x, w, b, **kw), reference.causal_conv1d(x, w, b, **kw)
+    close(y, yr, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(fin), np.asarray(finr))
+
+
+@pytest.mark.parametrize("cu", [[0, 0, 46, 46, 47, 200, 299, 300, 300], [0, 300], [0, 1, 300]])
+def test_varlen_sequences_across_item_boundaries(cu):
+    rng = np.random.default_rng(len(cu))
+    T, D, W = 300, 700, 4
+    x, w = rand(rng, (T, D)), rand(rng, (D, W))
+    N = len(cu) - 1
+    h = rand(rng, (N, D, W - 1))
+    kw = dict(cu_seqlens=jnp.asarray(cu, jnp.int32), initial_states=h, return_final_states=True)
+    (y, fin), (yr, finr) = (jcc.causal_conv1d_varlen(x, w, **kw),
+                            reference.causal_conv1d_varlen(x, w, **kw))
+    close(y, yr, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(fin), np.asarray(finr))
+
+
+@pytest.mark.parametrize("L", [1, 3, 23, 24, 25, 600])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_channels_first_rows_and_tiles(L, dtype):
+    rng = np.random.default_rng(L)
+    B, D, W = 2, 300, 4
+    dt = DTYPES[dtype]
+    x, w, b = rand(rng, (B, D, L), dt), rand(rng, (D, W), dt), rand(rng, (D,), dt)
+    kw = dict(activation="silu", residual=rand(rng, (B, D, L), dt),
+              initial_states=rand(rng, (B, D, W - 1), dt), return_final_states=True)
+    (y, fin), (yr, finr) = jcc.causal_conv1d(x, w, b, **kw), reference.causal_conv1d(x, w, b, **kw)
+    close(y, yr, dt)
+    np.testing.assert_array_equal(np.asarray(fin, np.float64), np.asarray(finr, np.float64))
+
+
+# --- decode ----------------------------------------------------------------------
 
 def _both(x, state, w, b, **kw):
     got = jcc.causal_conv1d_update(x, state, w, b, backend="ffi", **kw)
