@@ -185,8 +185,12 @@ def _seq_shard_conv(H, t_ax, sa, n_seq, kw):
     def run_bwd(saved, cts):
         x, w, b, res, init, halo = saved
         dy, dfin = cts
-        # d(halo): only the first H steps read the history
-        _, head_vjp = jax.vjp(lambda h: conv(_take(x, 0, H, t_ax), w, b, None, h)[0], halo)
+        # d(halo): only the first H steps read the history. A (B, D, H) problem:
+        # XLA's fused shifted sums do it in a few tiny kernels, where our
+        # kernels would launch a block per (row, channel).
+        head = lambda h: causal_conv1d(_take(x, 0, H, t_ax), w, b, initial_states=h,  # noqa: E731
+                                       **dict(kw, backend="xla"))
+        _, head_vjp = jax.vjp(head, halo)
         (dhalo,) = head_vjp(_take(dy, 0, H, t_ax))
         # ... which is the previous shard's d(final states)
         recv = lax.ppermute(dhalo, sa, [(s + 1, s) for s in range(n_seq - 1)])
