@@ -258,8 +258,9 @@ def _markdown(platform, conv, decode, torch_rows=()):
            "(each byte of x read and written once); 'of copy bw' = copy time / forward time. "
            "fwd+bwd is `jax.grad` of `sum(y * g)` w.r.t. x, weight, bias (the value of y "
            "is not needed, so XLA drops the forward, for every impl alike). Width 4. "
-           "Shapes under 64 MiB: 16 independent calls on 16 inputs in one jitted program, "
-           "time per call. Decode steps: parameters are arguments, the state is donated, "
+           + ("Shapes under 64 MiB: 16 independent calls on 16 inputs in one jitted "
+              "program, time per call. " if platform == "gpu" else "")
+           + "Decode steps: parameters are arguments, the state is donated, "
            "and each step is waited for (host dispatch included).", "",
            "'ours faster' = that row's time / ours, same shape, same run (fwd / fwd+bwd).", ""]
     out += _table(conv, "ours")
