@@ -10,7 +10,6 @@ throughput ratio (ideal: n; the halo exchange is W-1 columns per shard).
 
 from __future__ import annotations
 
-import time
 
 import jax
 import jax.numpy as jnp
@@ -18,22 +17,14 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_causal_conv as jcc
+from jax_causal_conv.bench import timeit, write_section
 from jax_causal_conv.sharding import causal_conv1d_sharded
 
 
 def _time(f, args, iters, calls=5):
-    """Median seconds per step; each sample dispatches `calls` steps back to back
-    and waits for the last, so host dispatch overlaps the device work."""
-    jax.block_until_ready(f(*args))  # compile + warm up
-    jax.block_until_ready(f(*args))
-    ts = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            out = f(*args)
-        jax.block_until_ready(out)
-        ts.append((time.perf_counter() - t0) / calls)
-    return float(np.median(ts))
+    """Median seconds per step: bench.timeit, `calls` steps dispatched back to
+    back per sample so host dispatch overlaps the device work."""
+    return timeit(f, *args, reps=iters, warmup=2, calls=calls)
 
 
 def bench_sequence_parallel(B=8, D=4096, L=32768, W=4, dtype=jnp.bfloat16, iters=20,
@@ -88,8 +79,6 @@ def bench_sequence_parallel(B=8, D=4096, L=32768, W=4, dtype=jnp.bfloat16, iters
 def write_markdown(res, path):
     """Puts the result between the sharding markers of ``path`` (keeping the rest)."""
     import datetime
-    import os
-    import re
     dev = jax.local_devices()[0]
     today = datetime.date.today().isoformat()
     body = "\n".join([
@@ -109,15 +98,7 @@ def write_markdown(res, path):
         f"Forward alone: {res['fwd_1dev_ms']:.3f} ms on 1 device, {res['fwd_ndev_ms']:.3f} ms on "
         f"{res['devices']} ({res['fwd_ratio']:.2f}x).",
     ])
-    start, end = "<!-- sharding-bench:start -->", "<!-- sharding-bench:end -->"
-    text = open(path).read() if os.path.exists(path) else ""
-    block = f"{start}\n{body}\n{end}"
-    if start in text:
-        text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(text)
+    write_section(path, "sharding", body + "\n")
 
 
 if __name__ == "__main__":
