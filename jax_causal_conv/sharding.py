@@ -206,7 +206,6 @@ def _seq_shard_conv(H, t_ax, sa, n_seq, kw):
     return run
 
 
-
 def causal_conv1d_sharded(x, weight, bias=None, *, mesh, batch_axis=None, channel_axis=None,
                           seq_axis=None, activation=None, residual=None, seq_idx=None,
                           initial_states=None, return_final_states=False, channels_last=False,
