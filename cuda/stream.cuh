@@ -23,18 +23,19 @@ struct Stream {
   static constexpr int kWarpSteps = 32 * kVecs * kN;
 };
 
-// Where a warp works: its row (b * dim + d) and the first step of its chunk.
-// Whole warps leave together when past the last row (so shuffles stay legal).
+// Where a warp works: its row (b * dim + d), its index within the row, and
+// the first step of its span. Whole warps leave together when past the last
+// row (so shuffles stay legal).
 struct WarpChunk {
-  int64_t row, c0;
+  int64_t row, index, c0;
   bool valid;
 };
 
 __device__ __forceinline__ WarpChunk LocateWarp(const ConvArgs& a, int64_t warps_per_row,
                                                 int64_t warp_steps) {
   const int64_t gw = int64_t(blockIdx.x) * kStreamWarps + (threadIdx.x >> 5);
-  const int64_t row = gw / warps_per_row;
-  return {row, (gw - row * warps_per_row) * warp_steps, row < a.batch * a.dim};
+  const int64_t row = DivFast(gw, warps_per_row), index = gw - row * warps_per_row;
+  return {row, index, index * warp_steps, row < a.batch * a.dim};
 }
 
 __device__ __forceinline__ uint4 LoadRaw16(const void* p) {
@@ -52,8 +53,8 @@ __device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[N]) {
 // The weights of row `row` (run-time dtype) and its bias.
 template <int kW>
 __device__ __forceinline__ float LoadTaps(const ConvArgs& a, int64_t row, float (&w)[kW]) {
-  const int64_t b = row / a.dim, d = row - b * a.dim;
-  const int64_t wrow = (b / a.batch_per_group()) * a.dim + d;
+  const int64_t b = DivFast(row, a.dim), d = row - b * a.dim;
+  const int64_t wrow = a.groups == 1 ? d : DivFast(b, DivFast(a.batch, a.groups)) * a.dim + d;
 #pragma unroll
   for (int k = 0; k < kW; ++k) w[k] = LoadAnyF(a.weight, a.w_dtype, wrow * kW + k);
   return a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;

@@ -17,6 +17,7 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last
     (jnp.bfloat16, (2, 12, 520), 4, False),   # streaming, one partial tile
     (jnp.bfloat16, (1, 3, 4104), 2, False),   # streaming, several tiles
     (jnp.float32, (1, 3, 4104), 4, False),
+    (jnp.bfloat16, (8, 4096, 1032), 4, False),  # streaming backward, warps spanning 2 chunks
     (jnp.float32, (2, 12, 520), 1, False),
     (jnp.bfloat16, (2, 5, 67), 4, False),     # tiled (rows not whole vectors)
     (jnp.bfloat16, (2, 12, 520), 4, True),    # channels-last (lean backward: dim % 4 == 0)

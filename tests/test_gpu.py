@@ -214,6 +214,20 @@ def test_large_vs_cpu_and_deterministic(cl, shape):
         assert np.array_equal(a1.view(np.uint16), a2.view(np.uint16)), "backward not bitwise reproducible"
 
 
+# Enough rows that the channels-first backward gives each warp a span of
+# several chunks (backward_stream.cu): (8, 4096, 2056) bf16 two chunks a span,
+# the last span one partial chunk; (8, 4096, 3080) four chunks a span, the
+# last partial.
+@pytest.mark.parametrize("shape", [(8, 4096, 2056), (8, 4096, 3080)])
+def test_large_backward_spans(shape):
+    rng = np.random.default_rng(2)
+    x, w, b, init = inputs(rng, *shape, 4, "bfloat16", False)
+    for act in (None, "silu"):
+        f = lambda x, w, b, s: jcc.causal_conv1d(x, w, b, activation=act, initial_states=s,
+                                                 return_final_states=True, backend="ffi")
+        check(grads(f, (0, 1, 2, 3)), (x, w, b, init), "bfloat16", f"spans {act}")
+
+
 def test_small_reference_agrees():
     rng = np.random.default_rng(3)
     x, w, b, init = inputs(rng, 2, 24, 77, 4, "float32", False)

@@ -3,10 +3,8 @@ runs, how long each takes on the GPU, and the gaps between them. For kernel
 work, not the recorded benchmark.
     python3 tools/trace_probe.py [decode] [small] [conv] [scan]"""
 import functools
-import glob
 import statistics
 import sys
-import tempfile
 import time
 
 import jax
@@ -15,37 +13,7 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import batched
-
-
-def device_events(f, *args, n=10):
-    """Runs f(*args) n times back to back under the profiler; returns the GPU
-    kernel/memcpy events as (name, start_ns, end_ns), sorted by start."""
-    jax.block_until_ready(f(*args))
-    d = tempfile.mkdtemp()
-    jax.profiler.start_trace(d)
-    out = None
-    for _ in range(n):
-        out = f(*args)
-    jax.block_until_ready(out)
-    jax.profiler.stop_trace()
-    path = glob.glob(f"{d}/**/*.xplane.pb", recursive=True)[0]
-    data = jax.profiler.ProfileData.from_file(path)
-    ev = []
-    for plane in data.planes:
-        if not plane.name.startswith(DEVICE_PLANE):
-            continue
-        for line in plane.lines:
-            # the per-stream lines hold kernels and copies; skip XLA op/module summaries
-            if not line.name.startswith("Stream"):
-                continue
-            for e in line.events:
-                ev.append((e.name, e.start_ns, e.end_ns))
-    if not ev:
-        print("   (no stream events; lines:",
-              [(pl.name, [l.name for l in pl.lines]) for pl in data.planes if pl.name.startswith("/device")], ")")
-    ev.sort(key=lambda t: t[1])
-    return ev
+from jax_causal_conv.bench import batched, device_events
 
 
 def summarize(title, ev, steps):
@@ -81,94 +49,98 @@ def wall(f, *args, n=20, sync_each=False, reps=7):
     return statistics.median(ts)
 
 
-DEVICE_PLANE = "/device:GPU" if jax.default_backend() == "gpu" else "/host:CPU"
-rng = np.random.default_rng(0)
-dt = jnp.bfloat16
-what = sys.argv[1:] or ["decode", "small", "conv", "scan"]
+def main():
+    rng = np.random.default_rng(0)
+    dt = jnp.bfloat16
+    what = sys.argv[1:] or ["decode", "small", "conv", "scan"]
 
-if "decode" in what:
-    W, layers = 4, 32
-    for B, D in ((64, 4096), (256, 8192)):
-        ws = [jnp.asarray(rng.standard_normal((D, W)) / 2, dt) for _ in range(layers)]
-        bs = [jnp.asarray(rng.standard_normal((D,)), dt) for _ in range(layers)]
-        x = jnp.asarray(rng.standard_normal((B, D)), dt)
-        for backend in ("ffi", "xla"):
-            @functools.partial(jax.jit, donate_argnums=(0,))
-            def step(states, x, ws, bs):
-                new = []
-                for l in range(layers):
-                    x, s = jcc.causal_conv1d_update(x, states[l], ws[l], bs[l], activation="silu",
-                                                    backend=backend)
-                    new.append(s)
-                return new, x
+    if "decode" in what:
+        W, layers = 4, 32
+        for B, D in ((64, 4096), (256, 8192)):
+            ws = [jnp.asarray(rng.standard_normal((D, W)) / 2, dt) for _ in range(layers)]
+            bs = [jnp.asarray(rng.standard_normal((D,)), dt) for _ in range(layers)]
+            x = jnp.asarray(rng.standard_normal((B, D)), dt)
+            for backend in ("ffi", "xla"):
+                @functools.partial(jax.jit, donate_argnums=(0,))
+                def step(states, x, ws, bs):
+                    new = []
+                    for l in range(layers):
+                        x, s = jcc.causal_conv1d_update(x, states[l], ws[l], bs[l], activation="silu",
+                                                        backend=backend)
+                        new.append(s)
+                    return new, x
 
-            box = [[jnp.asarray(rng.standard_normal((B, D, W - 1)), dt) for _ in range(layers)]]
+                box = [[jnp.asarray(rng.standard_normal((B, D, W - 1)), dt) for _ in range(layers)]]
 
-            def run(x, ws, bs):
-                box[0], y = step(box[0], x, ws, bs)
-                return y
-            t_sync = wall(run, x, ws, bs, sync_each=True)
-            t_async = wall(run, x, ws, bs)
-            print(f"decode B={B} D={D} {backend}: per layer {t_sync*1e6/layers:.2f} us (sync each step), "
-                  f"{t_async*1e6/layers:.2f} us (20 steps async)")
-            summarize(f"decode B={B} D={D} {backend}, one step", device_events(run, x, ws, bs, n=10), 10)
-        hlo = step.lower([jnp.zeros((B, D, W - 1), dt)] * layers, x, ws, bs).compile().as_text()
-        print("   command buffers in the step's HLO:", hlo.count("command_buffer"))
+                def run(x, ws, bs):
+                    box[0], y = step(box[0], x, ws, bs)
+                    return y
+                t_sync = wall(run, x, ws, bs, sync_each=True)
+                t_async = wall(run, x, ws, bs)
+                print(f"decode B={B} D={D} {backend}: per layer {t_sync*1e6/layers:.2f} us (sync each step), "
+                      f"{t_async*1e6/layers:.2f} us (20 steps async)")
+                summarize(f"decode B={B} D={D} {backend}, one step", device_events(run, x, ws, bs, n=10), 10)
+            hlo = step.lower([jnp.zeros((B, D, W - 1), dt)] * layers, x, ws, bs).compile().as_text()
+            print("   command buffers in the step's HLO:", hlo.count("command_buffer"))
 
-if "scan" in what:
-    B, D, W = 64, 4096, 4
-    w = jnp.asarray(rng.standard_normal((D, W)) / 2, dt)
-    b = jnp.asarray(rng.standard_normal((D,)), dt)
-    s0 = jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
-    xs = jnp.asarray(rng.standard_normal((256, B, D)), dt)
+    if "scan" in what:
+        B, D, W = 64, 4096, 4
+        w = jnp.asarray(rng.standard_normal((D, W)) / 2, dt)
+        b = jnp.asarray(rng.standard_normal((D,)), dt)
+        s0 = jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
+        xs = jnp.asarray(rng.standard_normal((256, B, D)), dt)
 
-    def scan_of(body):
-        return jax.jit(lambda s, xs: lax.scan(body, s, xs))
+        def scan_of(body):
+            return jax.jit(lambda s, xs: lax.scan(body, s, xs))
 
-    bodies = {
-        "ours": lambda s, x: jcc.causal_conv1d_update(x, s, w, b, activation="silu")[::-1],
-        "xla update": lambda s, x: jcc.causal_conv1d_update(x, s, w, b, activation="silu",
-                                                            backend="xla")[::-1],
-        "empty (s, x)": lambda s, x: (s, x),
-        "minimal (s, x + 1)": lambda s, x: (s, x + 1),
-        "barrier (s, x)": lambda s, x: lax.optimization_barrier((s, x)),
-    }
-    for name, body in bodies.items():
-        f = scan_of(body)
-        t = wall(f, s0, xs, n=3)
-        print(f"scan 256 steps, body {name}: {t*1e6/256:.2f} us/step")
-        summarize(f"scan body {name}", device_events(f, s0, xs, n=2), 2 * 256)
-        txt = f.lower(s0, xs).compile().as_text()
-        print("   while loops:", txt.count(" while("), " command buffers:", txt.count("command_buffer"))
+        bodies = {
+            "ours": lambda s, x: jcc.causal_conv1d_update(x, s, w, b, activation="silu")[::-1],
+            "xla update": lambda s, x: jcc.causal_conv1d_update(x, s, w, b, activation="silu",
+                                                                backend="xla")[::-1],
+            "empty (s, x)": lambda s, x: (s, x),
+            "minimal (s, x + 1)": lambda s, x: (s, x + 1),
+            "barrier (s, x)": lambda s, x: lax.optimization_barrier((s, x)),
+        }
+        for name, body in bodies.items():
+            f = scan_of(body)
+            t = wall(f, s0, xs, n=3)
+            print(f"scan 256 steps, body {name}: {t*1e6/256:.2f} us/step")
+            summarize(f"scan body {name}", device_events(f, s0, xs, n=2), 2 * 256)
+            txt = f.lower(s0, xs).compile().as_text()
+            print("   while loops:", txt.count(" while("), " command buffers:", txt.count("command_buffer"))
 
-if "small" in what:
-    x = jnp.asarray(rng.standard_normal((32, 512, 1024)), dt)
-    w = jnp.asarray(rng.standard_normal((512, 4)) / 2, dt)
-    b = jnp.asarray(rng.standard_normal((512,)), dt)
-    xs = tuple(x * (1 + i / 16) for i in range(16))
-    for name, fn in (("copy", lambda x, w, b: -x),
-                     ("ours", lambda x, w, b: jcc.causal_conv1d(x, w, b, backend="ffi")),
-                     ("ref", lambda x, w, b: jcc.reference.causal_conv1d(x, w, b))):
-        f1 = jax.jit(fn)
-        print(f"(32,512,1024) {name}: jit x20 async {wall(f1, x, w, b)*1e6:.2f} us/call; "
-              f"batched16 {wall(batched(fn), xs, w, b, n=3)*1e6/16:.2f} us/call")
-        summarize(f"(32,512,1024) {name} single jit", device_events(f1, x, w, b, n=20), 20)
-        summarize(f"(32,512,1024) {name} batched16", device_events(batched(fn), xs, w, b, n=2), 32)
-
-if "conv" in what:
-    for shape, cl, dty in (((8, 4096, 4096), True, dt), ((8, 4096, 4096), False, dt)):
-        B, D, L = shape
-        xshape = (B, L, D) if cl else (B, D, L)
-        x = jnp.asarray(rng.standard_normal(xshape), dty)
-        w = jnp.asarray(rng.standard_normal((D, 4)) / 2, dty)
-        b = jnp.asarray(rng.standard_normal((D,)), dty)
-        g = jnp.asarray(rng.standard_normal(xshape), dty)
+    if "small" in what:
+        x = jnp.asarray(rng.standard_normal((32, 512, 1024)), dt)
+        w = jnp.asarray(rng.standard_normal((512, 4)) / 2, dt)
+        b = jnp.asarray(rng.standard_normal((512,)), dt)
+        xs = tuple(x * (1 + i / 16) for i in range(16))
         for name, fn in (("copy", lambda x, w, b: -x),
-                         ("ours", lambda x, w, b: jcc.causal_conv1d(x, w, b, channels_last=cl, backend="ffi")),
-                         ("ref", lambda x, w, b: jcc.reference.causal_conv1d(x, w, b, channels_last=cl))):
-            tag = f"{shape} {'CL' if cl else 'CF'} {name}"
-            summarize(f"{tag} fwd", device_events(jax.jit(fn), x, w, b, n=10), 10)
-            if name != "copy":
-                gr = jax.jit(jax.grad(lambda x, w, b, g: jnp.sum(fn(x, w, b).astype(jnp.float32) * g),
-                                      argnums=(0, 1, 2)))
-                summarize(f"{tag} fwd+bwd", device_events(gr, x, w, b, g, n=10), 10)
+                         ("ours", lambda x, w, b: jcc.causal_conv1d(x, w, b, backend="ffi")),
+                         ("ref", lambda x, w, b: jcc.reference.causal_conv1d(x, w, b))):
+            f1 = jax.jit(fn)
+            print(f"(32,512,1024) {name}: jit x20 async {wall(f1, x, w, b)*1e6:.2f} us/call; "
+                  f"batched16 {wall(batched(fn), xs, w, b, n=3)*1e6/16:.2f} us/call")
+            summarize(f"(32,512,1024) {name} single jit", device_events(f1, x, w, b, n=20), 20)
+            summarize(f"(32,512,1024) {name} batched16", device_events(batched(fn), xs, w, b, n=2), 32)
+
+    if "conv" in what:
+        for shape, cl, dty in (((8, 4096, 4096), True, dt), ((8, 4096, 4096), False, dt)):
+            B, D, L = shape
+            xshape = (B, L, D) if cl else (B, D, L)
+            x = jnp.asarray(rng.standard_normal(xshape), dty)
+            w = jnp.asarray(rng.standard_normal((D, 4)) / 2, dty)
+            b = jnp.asarray(rng.standard_normal((D,)), dty)
+            g = jnp.asarray(rng.standard_normal(xshape), dty)
+            for name, fn in (("copy", lambda x, w, b: -x),
+                             ("ours", lambda x, w, b: jcc.causal_conv1d(x, w, b, channels_last=cl, backend="ffi")),
+                             ("ref", lambda x, w, b: jcc.reference.causal_conv1d(x, w, b, channels_last=cl))):
+                tag = f"{shape} {'CL' if cl else 'CF'} {name}"
+                summarize(f"{tag} fwd", device_events(jax.jit(fn), x, w, b, n=10), 10)
+                if name != "copy":
+                    gr = jax.jit(jax.grad(lambda x, w, b, g: jnp.sum(fn(x, w, b).astype(jnp.float32) * g),
+                                          argnums=(0, 1, 2)))
+                    summarize(f"{tag} fwd+bwd", device_events(gr, x, w, b, g, n=10), 10)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Device time of our backward kernels (profiler), for kernel development:
+    JCC_BWD_VARIANT=k python3 tools/bwd_probe.py"""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_causal_conv as jcc
+from jax_causal_conv.bench import device_events
+
+rng = np.random.default_rng(0)
+for shape, act in (((8, 4096, 4096), None), ((8, 4096, 4096), "silu"), ((4, 2048, 16384), None)):
+    x = jnp.asarray(rng.standard_normal(shape), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((shape[1], 4)) / 2, jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((shape[1],)), jnp.bfloat16)
+    g = jnp.asarray(rng.standard_normal(shape), jnp.bfloat16)
+    f = jax.jit(jax.grad(lambda x, w, b, g: jnp.sum(
+        jcc.causal_conv1d(x, w, b, activation=act).astype(jnp.float32) * g), argnums=(0, 1, 2)))
+    ev = device_events(f, x, w, b, g, n=10)
+    k = sorted((e - s) / 1e3 for n, s, e in ev if "Bwd" in n)
+    r = sorted((e - s) / 1e3 for n, s, e in ev if "Reduce" in n)
+    print(f"variant {os.environ.get('JCC_BWD_VARIANT', '0')} {shape} act={act}: "
+          f"bwd kernel median {k[len(k)//2]:.1f} us, reduce {r[len(r)//2]:.1f} us", flush=True)

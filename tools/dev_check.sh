@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Kernel-development pass on the device: build, the GPU tests (three
+# processes), then the given probe commands one by one (timings on an idle
+# GPU). Logs in $OUT.   tools/dev_check.sh "python3 tools/x.py" ...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD:$PWD/tools XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
+t0=$SECONDS
+bash tools/device_build.sh || exit 1
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  ( timeout 300 python3 -m pytest -q -x tests/test_gpu.py -k "small_forward_backward and bfloat16" > "$OUT/test_gpu_1.log" 2>&1 &
+    timeout 300 python3 -m pytest -q -x tests/test_gpu.py -k "small_forward_backward and not bfloat16" > "$OUT/test_gpu_2.log" 2>&1 &
+    timeout 300 python3 -m pytest -q -x tests/test_gpu.py -k "not small_forward_backward" > "$OUT/test_gpu_3.log" 2>&1 &
+    wait )
+  for i in 1 2 3; do echo "test_gpu part $i: $(tail -1 "$OUT/test_gpu_$i.log")"; done
+  grep -h -A15 "^_____" "$OUT"/test_gpu_*.log | grep -E "Error|assert|FAILED" | head -8
+  echo "tests done: $((SECONDS - t0)) s"
+fi
+for cmd in "$@"; do
+  echo "== $cmd"
+  timeout 240 bash -c "$cmd" 2>&1 | grep -vE "^(WARNING|I0000|E0000|W0000)" | tail -60
+done
+echo "total: $((SECONDS - t0)) s"

@@ -1,0 +1,36 @@
+"""One launch of each kernel of interest, for Nsight Compute:
+    ncu --kernel-name regex:'Stream|ClRow|UpdateVec|input_reduce_slice' \
+        --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis python3 tools/ncu_probe.py"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_causal_conv as jcc
+
+rng = np.random.default_rng(0)
+dt = jnp.bfloat16
+
+
+def run(f, *args):
+    jax.block_until_ready(jax.jit(f)(*args))
+
+
+for cl in (False, True):
+    shape = (8, 4096, 4096)
+    x = jnp.asarray(rng.standard_normal(shape), dt)
+    w = jnp.asarray(rng.standard_normal((4096, 4)) / 2, dt)
+    b = jnp.asarray(rng.standard_normal((4096,)), dt)
+    g = jnp.asarray(rng.standard_normal(shape), dt)
+    for fn in (lambda x, w, b: jcc.causal_conv1d(x, w, b, channels_last=cl, backend="ffi"),
+               lambda x, w, b: jcc.reference.causal_conv1d(x, w, b, channels_last=cl)):
+        run(fn, x, w, b)
+        run(jax.grad(lambda x, w, b, g: jnp.sum(fn(x, w, b).astype(jnp.float32) * g), argnums=(0, 1, 2)),
+            x, w, b, g)
+for B, D in ((64, 4096), (256, 8192)):
+    w = jnp.asarray(rng.standard_normal((D, 4)), dt)
+    b = jnp.asarray(rng.standard_normal((D,)), dt)
+    x = jnp.asarray(rng.standard_normal((B, D)), dt)
+    s = jnp.asarray(rng.standard_normal((B, D, 3)), dt)
+    run(lambda x, s: jcc.causal_conv1d_update(x, s, w, b, activation="silu"), x, s)
+print("NCU PROBE OK")
