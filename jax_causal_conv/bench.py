@@ -198,6 +198,26 @@ def device_busy_us(f, *args, n=10):
     return sum(e - s for _, s, e in ev) / 1e3 / n if ev else float("nan")
 
 
+def decode_stepper(layers, backend, states):
+    """run(x, ws, bs) -> y: one jitted decode step through `layers` layers
+    (SiLU), the states held here and donated to each step."""
+    @functools.partial(jax.jit, donate_argnums=(0,))
+    def step(states, x, ws, bs):
+        new = []
+        for l in range(layers):
+            x, s = jcc.causal_conv1d_update(x, states[l], ws[l], bs[l], activation="silu",
+                                            backend=backend)
+            new.append(s)
+        return new, x
+
+    box = [states]
+
+    def run(x, ws, bs):
+        box[0], y = step(box[0], x, ws, bs)
+        return y
+    return run
+
+
 def bench_decode(platform, layers=32, W=4, log=print):
     """Decode as a serving loop runs it: one jitted step updates `layers`
     layers' (donated) states for one new token, the parameters passed as
@@ -213,21 +233,8 @@ def bench_decode(platform, layers=32, W=4, log=print):
         bs = [jnp.asarray(rng.standard_normal((D,)), dt) for _ in range(layers)]
         x = jnp.asarray(rng.standard_normal((B, D)), dt)
         for impl, backend in (("ours", "ffi"), ("jnp update (reference)", "xla")):
-            @functools.partial(jax.jit, donate_argnums=(0,))
-            def step(states, x, ws, bs):
-                new = []
-                for l in range(layers):
-                    x, s = jcc.causal_conv1d_update(x, states[l], ws[l], bs[l], activation="silu",
-                                                    backend=backend)
-                    new.append(s)
-                return new, x
-
-            box = [[jnp.asarray(rng.standard_normal((B, D, W - 1)), dt) for _ in range(layers)]]
-
-            def run(x, ws, bs):  # one step; the states live in `box` (donated each time)
-                box[0], y = step(box[0], x, ws, bs)
-                return y
-
+            run = decode_stepper(layers, backend,
+                                 [jnp.asarray(rng.standard_normal((B, D, W - 1)), dt) for _ in range(layers)])
             t_async = timeit(run, x, ws, bs, reps=15, calls=20)
             t_sync = timeit(run, x, ws, bs, reps=50)
             t_dev = device_busy_us(run, x, ws, bs) if platform == "gpu" else float("nan")

@@ -2,7 +2,6 @@
 runs, how long each takes on the GPU, and the gaps between them. For kernel
 work, not the recorded benchmark.
     python3 tools/trace_probe.py [decode] [small] [conv] [scan]"""
-import functools
 import statistics
 import sys
 import time
@@ -13,7 +12,7 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import batched, device_events
+from jax_causal_conv.bench import batched, decode_stepper, device_events
 
 
 def summarize(title, ev, steps):
@@ -61,27 +60,13 @@ def main():
             bs = [jnp.asarray(rng.standard_normal((D,)), dt) for _ in range(layers)]
             x = jnp.asarray(rng.standard_normal((B, D)), dt)
             for backend in ("ffi", "xla"):
-                @functools.partial(jax.jit, donate_argnums=(0,))
-                def step(states, x, ws, bs):
-                    new = []
-                    for l in range(layers):
-                        x, s = jcc.causal_conv1d_update(x, states[l], ws[l], bs[l], activation="silu",
-                                                        backend=backend)
-                        new.append(s)
-                    return new, x
-
-                box = [[jnp.asarray(rng.standard_normal((B, D, W - 1)), dt) for _ in range(layers)]]
-
-                def run(x, ws, bs):
-                    box[0], y = step(box[0], x, ws, bs)
-                    return y
+                run = decode_stepper(layers, backend, [jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
+                                                       for _ in range(layers)])
                 t_sync = wall(run, x, ws, bs, sync_each=True)
                 t_async = wall(run, x, ws, bs)
                 print(f"decode B={B} D={D} {backend}: per layer {t_sync*1e6/layers:.2f} us (sync each step), "
                       f"{t_async*1e6/layers:.2f} us (20 steps async)")
                 summarize(f"decode B={B} D={D} {backend}, one step", device_events(run, x, ws, bs, n=10), 10)
-            hlo = step.lower([jnp.zeros((B, D, W - 1), dt)] * layers, x, ws, bs).compile().as_text()
-            print("   command buffers in the step's HLO:", hlo.count("command_buffer"))
 
     if "scan" in what:
         B, D, W = 64, 4096, 4
