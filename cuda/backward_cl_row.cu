@@ -62,12 +62,7 @@ __global__ void __launch_bounds__(kClX * kClY)
 
     const int64_t wbase = grp * D;
     float w[kW][kV], bias[kV];
-#pragma unroll
-    for (int c = 0; c < kV; ++c) {
-#pragma unroll
-      for (int k = 0; k < kW; ++k) w[k][c] = LoadAnyF(a.weight, a.w_dtype, (wbase + c0 + c) * kW + k);
-      bias[c] = a.bias ? LoadAnyF(a.bias, a.b_dtype, wbase + c0 + c) : 0.f;
-    }
+    LoadClTaps<kW, kV>(a, wbase + c0, kV, w, bias);  // whole vectors here
     T* dxb = static_cast<T*>(a.dx) + b * L * D;
     const T* dfin = static_cast<const T*>(a.dfinal_states);
 

@@ -303,6 +303,22 @@ __device__ __forceinline__ ChRaw<T, kV> LoadChRaw(const T* row, int64_t dim, int
   return r;
 }
 
+// Taps and biases of kV consecutive channels-last channels, weight row
+// `first` onwards ((groups * dim, W) weights, run-time dtype); channels from
+// `count` on read as zero (past the end of dim).
+template <int kW, int kV>
+__device__ __forceinline__ void LoadClTaps(const ConvArgs& a, int64_t first, int64_t count,
+                                           float (&w)[kW][kV], float (&bias)[kV]) {
+#pragma unroll
+  for (int c = 0; c < kV; ++c) {
+    const bool ok = c < count;
+#pragma unroll
+    for (int k = 0; k < kW; ++k)
+      w[k][c] = ok ? LoadAnyF(a.weight, a.w_dtype, (first + c) * kW + k) : 0.f;
+    bias[c] = ok && a.bias ? LoadAnyF(a.bias, a.b_dtype, first + c) : 0.f;
+  }
+}
+
 // History of a channels-last thread at the start of its slice: win[i] = the
 // input at step ts - H + i for kV channels from c0 (the initial states, or
 // zeros, before step 0). xb points at channel c0 of batch row b; whole vectors.

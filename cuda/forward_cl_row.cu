@@ -55,12 +55,7 @@ __global__ void __launch_bounds__(kClX * kClY)
 
   const int64_t wbase = (b / a.batch_per_group()) * D + c0;
   float w[kW][kV], bias[kV];
-#pragma unroll
-  for (int c = 0; c < kV; ++c) {
-#pragma unroll
-    for (int k = 0; k < kW; ++k) w[k][c] = LoadAnyF(a.weight, a.w_dtype, (wbase + c) * kW + k);
-    bias[c] = a.bias ? LoadAnyF(a.bias, a.b_dtype, wbase + c) : 0.f;
-  }
+  LoadClTaps<kW, kV>(a, wbase, kV, w, bias);  // whole vectors here
   float win[H][kV];  // input at steps t - H .. t - 1
   LoadClHistory<T, kV, H>(a, xb, b, c0, ts, win);
   const bool silu = a.act == Activation::kSilu;
