@@ -26,7 +26,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -161,12 +160,17 @@ def _seq_shard_conv(H, t_ax, sa, n_seq, kw):
     states), with the previous shard's last H inputs as its history (local
     length >= H, no seq_idx).
 
-    Its backward does not let autodiff add the halo's gradient to d(x): that
-    would be a pad + add over all of d(x), one more pass over the largest
-    tensor. Instead each shard first gets d(halo) from its first H steps alone
-    (a small call), sends it back to the previous shard, where it is exactly
-    the gradient of that shard's final states (its last H inputs), which the
-    backward kernel adds to d(x) in its one pass."""
+    Neither big kernel waits for a collective, so XLA can run the exchange
+    beside it. Forward: the shard's call runs with zero history, and its first
+    H outputs, the only ones that read the halo, are recomputed from the halo
+    by a small call and written over (in place). Backward: the halo is saved
+    from the forward; d(halo) comes from the first H steps alone (a small
+    call), goes back to the previous shard, where it is the gradient of that
+    shard's last H inputs (its final states) and is added to those H columns
+    of d(x) after its big call. (Letting autodiff add d(halo) would pad it and
+    add it over all of d(x): one more pass over the largest tensor.)"""
+    xla = dict(kw, backend="xla")  # (B, D, H) problems: XLA's fused shifted sums
+
     def conv(x, w, b, res, halo):
         return causal_conv1d(x, w, b, residual=res, initial_states=halo,
                              return_final_states=True, **kw)
@@ -174,28 +178,37 @@ def _seq_shard_conv(H, t_ax, sa, n_seq, kw):
     def halo_of(x, init):
         return _halo(x, H, t_ax, sa, n_seq, fill=init)
 
+    def head(x, w, b, res, halo):  # outputs 0..H-1, from the halo
+        return causal_conv1d(_take(x, 0, H, t_ax), w, b, initial_states=halo,
+                             residual=None if res is None else _take(res, 0, H, t_ax), **xla)
+
+    def forward(x, w, b, res, init):
+        y, fin = conv(x, w, b, res, None)
+        halo = halo_of(x, init)
+        y = lax.dynamic_update_slice_in_dim(y, head(x, w, b, res, halo).astype(y.dtype), 0, t_ax)
+        return (y, fin), halo
+
     @jax.custom_vjp
     def run(x, w, b, res, init):
-        return conv(x, w, b, res, halo_of(x, init))
+        return forward(x, w, b, res, init)[0]
 
     def run_fwd(x, w, b, res, init):
-        halo = halo_of(x, init)
-        return conv(x, w, b, res, halo), (x, w, b, res, init, halo)
+        out, halo = forward(x, w, b, res, init)
+        return out, (x, w, b, res, init, halo)
 
     def run_bwd(saved, cts):
         x, w, b, res, init, halo = saved
         dy, dfin = cts
-        # d(halo): only the first H steps read the history. A (B, D, H) problem:
-        # XLA's fused shifted sums do it in a few tiny kernels, where our
-        # kernels would launch a block per (row, channel).
-        head = lambda h: causal_conv1d(_take(x, 0, H, t_ax), w, b, initial_states=h,  # noqa: E731
-                                       **dict(kw, backend="xla"))
-        _, head_vjp = jax.vjp(head, halo)
+        # d(halo): only the first H steps read the history
+        _, head_vjp = jax.vjp(lambda h: head(x, w, b, None, h), halo)
         (dhalo,) = head_vjp(_take(dy, 0, H, t_ax))
         # ... which is the previous shard's d(final states)
         recv = lax.ppermute(dhalo, sa, [(s + 1, s) for s in range(n_seq - 1)])
         _, vjp = jax.vjp(conv, x, w, b, res, halo)
-        dx, dw, db, dres, _ = vjp((dy, dfin + recv.astype(dfin.dtype)))
+        dx, dw, db, dres, _ = vjp((dy, dfin))
+        Ll = x.shape[t_ax]
+        tail = _take(dx, Ll - H, Ll, t_ax).astype(jnp.float32) + recv.astype(jnp.float32)
+        dx = lax.dynamic_update_slice_in_dim(dx, tail.astype(dx.dtype), Ll - H, t_ax)
         # the user's initial_states reach shard 0's halo only (d(x) from this
         # path is the pad + add avoided above; unused, XLA drops it)
         _, fill_vjp = jax.vjp(halo_of, x, init)

@@ -390,7 +390,7 @@ def docs_example_runs():
     with contextlib.redirect_stdout(out):
         exec(compile(code, "docs/sharding.md", "exec"), {})
     lines = out.getvalue().splitlines()
-    assert lines[0] == "P(None, 'seq', None) 0.0 0.0", lines
+    assert lines[0] == "P(None, 'seq', None) True", lines
     assert lines[1] == "['f32[2,3,128]', 'f32[2,3,128]']", lines
 
 
