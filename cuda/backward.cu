@@ -418,14 +418,7 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
   float dw[kW + 1][kV] = {};
   if (active) {
     float w[kW][kV], bias[kV];
-#pragma unroll
-    for (int c = 0; c < kV; ++c) {
-      const bool ok = c0 + c < D;
-#pragma unroll
-      for (int k = 0; k < kW; ++k)
-        w[k][c] = ok ? LoadAnyF(a.weight, a.w_dtype, (wbase + c0 + c) * kW + k) : 0.f;
-      bias[c] = ok && a.bias ? LoadAnyF(a.bias, a.b_dtype, wbase + c0 + c) : 0.f;
-    }
+    LoadClTaps<kW, kV>(a, wbase + c0, D - c0, w, bias);
     const T* xb = static_cast<const T*>(a.x) + b * L * D;
     const T* dyb = static_cast<const T*>(a.dy) + b * L * D;
     T* dxb = static_cast<T*>(a.dx) + b * L * D;

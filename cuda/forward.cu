@@ -191,14 +191,7 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
   const int64_t wbase = (b / a.batch_per_group()) * D;
 
   float w[kW][kV], bias[kV];
-#pragma unroll
-  for (int c = 0; c < kV; ++c) {
-    const bool ok = c0 + c < D;
-#pragma unroll
-    for (int k = 0; k < kW; ++k)
-      w[k][c] = ok ? LoadAnyF(a.weight, a.w_dtype, (wbase + c0 + c) * kW + k) : 0.f;
-    bias[c] = ok && a.bias ? LoadAnyF(a.bias, a.b_dtype, wbase + c0 + c) : 0.f;
-  }
+  LoadClTaps<kW, kV>(a, wbase + c0, D - c0, w, bias);
   const T* xb = static_cast<const T*>(a.x) + b * L * D;
   const T* rb = a.residual ? static_cast<const T*>(a.residual) + b * L * D : nullptr;
   T* yb = static_cast<T*>(a.y) + b * L * D;
