@@ -39,7 +39,6 @@ int ChunksPerWarp(const ConvArgs& a) {
   return k;
 }
 
-
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads)
     BwdStreamKernel(const ConvArgs a, int64_t warps_per_row, int chunks_per_warp, float* ws) {

@@ -373,9 +373,9 @@ inline bool Aligned(const void* p, int bytes) {
 __host__ __device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 __host__ __device__ __forceinline__ int64_t Max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// n / d for n >= 0, d > 0: the 32-bit hardware sequence when both fit (a
-// 64-bit division is ~100 instructions, and in the short kernels it sits on
-// the path to the first load).
+// n / d for n >= 0, d > 0, through the 32-bit sequence when both fit. nvcc
+// already emits such a run-time bypass for a plain 64-bit division; this only
+// makes it explicit (it was not measured apart from the other changes).
 __host__ __device__ __forceinline__ int64_t DivFast(int64_t n, int64_t d) {
   if (((n | d) >> 32) == 0) return int64_t(uint32_t(n) / uint32_t(d));
   return n / d;

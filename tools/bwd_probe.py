@@ -1,6 +1,5 @@
 """Device time of our backward kernels (profiler), for kernel development:
-    JCC_BWD_VARIANT=k python3 tools/bwd_probe.py"""
-import os
+    python3 tools/bwd_probe.py"""
 
 import jax
 import jax.numpy as jnp
@@ -20,5 +19,5 @@ for shape, act in (((8, 4096, 4096), None), ((8, 4096, 4096), "silu"), ((4, 2048
     ev = device_events(f, x, w, b, g, n=10)
     k = sorted((e - s) / 1e3 for n, s, e in ev if "Bwd" in n)
     r = sorted((e - s) / 1e3 for n, s, e in ev if "Reduce" in n)
-    print(f"variant {os.environ.get('JCC_BWD_VARIANT', '0')} {shape} act={act}: "
+    print(f"{shape} act={act}: "
           f"bwd kernel median {k[len(k)//2]:.1f} us, reduce {r[len(r)//2]:.1f} us", flush=True)

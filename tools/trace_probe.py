@@ -4,7 +4,6 @@ work, not the recorded benchmark.
     python3 tools/trace_probe.py [decode] [small] [conv] [scan]"""
 import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +11,7 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import batched, decode_stepper, device_events
+from jax_causal_conv.bench import batched, decode_stepper, device_events, timeit
 
 
 def summarize(title, ev, steps):
@@ -34,20 +33,6 @@ def summarize(title, ev, steps):
               f"max {max(gaps)/1e3:.2f} us")
 
 
-def wall(f, *args, n=20, sync_each=False, reps=7):
-    jax.block_until_ready(f(*args))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            out = f(*args)
-            if sync_each:
-                jax.block_until_ready(out)
-        jax.block_until_ready(out)
-        ts.append((time.perf_counter() - t0) / n)
-    return statistics.median(ts)
-
-
 def main():
     rng = np.random.default_rng(0)
     dt = jnp.bfloat16
@@ -62,8 +47,8 @@ def main():
             for backend in ("ffi", "xla"):
                 run = decode_stepper(layers, backend, [jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
                                                        for _ in range(layers)])
-                t_sync = wall(run, x, ws, bs, sync_each=True)
-                t_async = wall(run, x, ws, bs)
+                t_sync = timeit(run, x, ws, bs, reps=20)
+                t_async = timeit(run, x, ws, bs, reps=7, calls=20)
                 print(f"decode B={B} D={D} {backend}: per layer {t_sync*1e6/layers:.2f} us (sync each step), "
                       f"{t_async*1e6/layers:.2f} us (20 steps async)")
                 summarize(f"decode B={B} D={D} {backend}, one step", device_events(run, x, ws, bs, n=10), 10)
@@ -88,7 +73,7 @@ def main():
         }
         for name, body in bodies.items():
             f = scan_of(body)
-            t = wall(f, s0, xs, n=3)
+            t = timeit(f, s0, xs, reps=7, calls=3)
             print(f"scan 256 steps, body {name}: {t*1e6/256:.2f} us/step")
             summarize(f"scan body {name}", device_events(f, s0, xs, n=2), 2 * 256)
             txt = f.lower(s0, xs).compile().as_text()
@@ -103,8 +88,8 @@ def main():
                          ("ours", lambda x, w, b: jcc.causal_conv1d(x, w, b, backend="ffi")),
                          ("ref", lambda x, w, b: jcc.reference.causal_conv1d(x, w, b))):
             f1 = jax.jit(fn)
-            print(f"(32,512,1024) {name}: jit x20 async {wall(f1, x, w, b)*1e6:.2f} us/call; "
-                  f"batched16 {wall(batched(fn), xs, w, b, n=3)*1e6/16:.2f} us/call")
+            print(f"(32,512,1024) {name}: jit x20 async {timeit(f1, x, w, b, reps=7, calls=20)*1e6:.2f} us/call; "
+                  f"batched16 {timeit(batched(fn), xs, w, b, reps=7, calls=3, inner=16)*1e6:.2f} us/call")
             summarize(f"(32,512,1024) {name} single jit", device_events(f1, x, w, b, n=20), 20)
             summarize(f"(32,512,1024) {name} batched16", device_events(batched(fn), xs, w, b, n=2), 32)
 
