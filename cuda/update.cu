@@ -104,30 +104,35 @@ __global__ void UpdateKernel(const UpdateArgs u) {
 
 // The decode hot path: one new token, state_len == W - 1 (2 <= W <= 4),
 // dim a multiple of 8, 16-byte aligned buffers. Each thread owns 8
-// consecutive channels of one batch row, so x, y and the state rows move in
-// 16-byte vectors (8 channels x H entries are contiguous), and every load is
-// issued before the first use: the one-token step is latency-bound, and a
-// thread per channel left too little in flight.
+// consecutive channels and a run of batch rows, so x, y and the state rows
+// move in 16-byte words (8 channels x H entries are contiguous). What made it
+// faster, measured on an H100 (cuda/NOTES.md): the state moving as warp-wide
+// coalesced words through shared memory, marked streaming (it is not read
+// again until the next step), 32-bit index math, and, when the batch is
+// larger than the GPU holds at once, several rows per thread with the next
+// row's loads in flight while the current one is computed.
 constexpr int kVecChannels = 8;
 constexpr int kUpdateThreads = 128;
 
 template <typename T, int kBytes>
 struct RawVec {  // kBytes of T in 16-byte words
   static_assert(kBytes % 16 == 0, "whole 16-byte words");
-  uint4 w[kBytes / 16];
+  static constexpr int kWords = kBytes / 16;
+  uint4 w[kWords];
   __device__ __forceinline__ void Load(const T* p) {
 #pragma unroll
-    for (int i = 0; i < kBytes / 16; ++i) w[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
+    for (int i = 0; i < kWords; ++i) w[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
   }
   __device__ __forceinline__ void Zero() {
 #pragma unroll
-    for (int i = 0; i < kBytes / 16; ++i) w[i] = make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kWords; ++i) w[i] = make_uint4(0, 0, 0, 0);
   }
   __device__ __forceinline__ void Store(T* p) const {
 #pragma unroll
-    for (int i = 0; i < kBytes / 16; ++i) reinterpret_cast<uint4*>(p)[i] = w[i];
+    for (int i = 0; i < kWords; ++i) reinterpret_cast<uint4*>(p)[i] = w[i];
   }
   __device__ __forceinline__ T& operator[](int j) { return reinterpret_cast<T*>(w)[j]; }
+  __device__ __forceinline__ T operator[](int j) const { return reinterpret_cast<const T*>(w)[j]; }
 };
 
 // n consecutive elements from element `first` of a run-time-dtype array
@@ -157,74 +162,180 @@ __device__ __forceinline__ void LoadRowF(const void* base, DType t, int64_t firs
   }
 }
 
+// How the hot-path grid covers (batch, dim / 8): thread t owns chunk
+// t % chunks of rows [rg * rows, rg * rows + rows), rg = t / chunks.
+struct UpdatePlan {
+  int32_t chunks = 0;       // dim / 8
+  int32_t row_groups = 0;   // ceil(batch / rows)
+  int32_t rows = 1;         // batch rows per thread
+  int32_t group_rows = 1;   // batch / groups: rows sharing one weight row
+  bool staged = false;      // chunks % 32 == 0: each warp's state rows are contiguous
+};
+
+// One batch row's share of a thread: its loads, issued before they are used.
 template <typename T, int kW>
-__global__ void __launch_bounds__(kUpdateThreads) UpdateVecKernel(const UpdateArgs u) {
+struct UpdateRow {
+  static constexpr int C = kVecChannels, H = kW - 1;
+  RawVec<T, C * sizeof(T)> x;
+  RawVec<T, C * H * sizeof(T)> s;  // this thread's words, or (staged) word q * 32 + lane
+  T* st;
+  int head;  // circular buffer: the oldest entry, the one the new token replaces
+  bool live;  // else a padding row: y = 0, state kept
+
+  __device__ __forceinline__ void Load(const UpdateArgs& u, int b, int d0, int lane, bool staged) {
+    const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
+    live = slot >= 0 && slot < u.num_slots;
+    st = static_cast<T*>(u.conv_state) + (slot * u.dim + d0) * H;
+    x.Load(static_cast<const T*>(u.x) + int64_t(b) * u.dim + d0);
+    head = u.cache_seqlens ? int(((int64_t(u.cache_seqlens[b]) % H) + H) % H) : 0;
+    // Streaming loads: the state is not read again before the next step.
+    const uint4* src = reinterpret_cast<const uint4*>(staged ? st - lane * C * H : st);
+    if (!live) s.Zero();
+    else
+#pragma unroll
+      for (int q = 0; q < s.kWords; ++q) s.w[q] = __ldcs(staged ? src + q * 32 + lane : src + q);
+  }
+};
+
+// y and the new state rows of 8 channels.
+template <typename T, int kW, bool kCircular>
+__device__ __forceinline__ void UpdateChannels(const UpdateRow<T, kW>& r, const float (&w)[kVecChannels][kW],
+                                               const float (&bias)[kVecChannels], bool silu,
+                                               RawVec<T, kVecChannels * sizeof(T)>& yv,
+                                               RawVec<T, kVecChannels * (kW - 1) * sizeof(T)>& out) {
   constexpr int C = kVecChannels, H = kW - 1;
-  const int64_t chunks = u.dim / C;
-  const int64_t i = blockIdx.x * int64_t(kUpdateThreads) + threadIdx.x;
-  if (i >= u.batch * chunks) return;
-  const int64_t b = i / chunks, d0 = (i - b * chunks) * C;
-  const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
-  const bool live = slot >= 0 && slot < u.num_slots;  // else a padding row: y = 0, state kept
-  T* st = static_cast<T*>(u.conv_state) + (slot * u.dim + d0) * H;
-  RawVec<T, C * sizeof(T)> xv;
-  RawVec<T, C * H * sizeof(T)> sv;
-  xv.Load(static_cast<const T*>(u.x) + b * u.dim + d0);
-  if (live) sv.Load(st);
-  else sv.Zero();
-  const int64_t wrow = (b / (u.batch / u.groups)) * u.dim + d0;
-  // The 8 channels' taps (8 x kW contiguous) and biases, as raw 16-byte words
-  // loaded at once; converted after one switch on the (run-time) dtype, so
-  // no load waits inside a per-element switch.
-  float w[C][kW], bias[C];
-  LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
-  if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
-  else
-#pragma unroll
-    for (int c = 0; c < C; ++c) bias[c] = 0.f;
-  // Circular buffer: the oldest entry, and the one the new token replaces.
-  int head = 0;
-  if (u.cache_seqlens) head = int(((int64_t(u.cache_seqlens[b]) % H) + H) % H);
-  const bool silu = u.act == Activation::kSilu;
-  float row[C][H > 0 ? H : 1];  // the state rows, unpacked
-#pragma unroll
-  for (int c = 0; c < C; ++c)
-#pragma unroll
-    for (int q = 0; q < H; ++q) row[c][q] = ToF(sv[c * H + q]);
-  RawVec<T, C * sizeof(T)> yv;
-  RawVec<T, C * H * sizeof(T)> out;  // the new state rows
 #pragma unroll
   for (int c = 0; c < C; ++c) {
-    const float xin = ToF(xv[c]);
+    float row[H];
+#pragma unroll
+    for (int q = 0; q < H; ++q) row[q] = ToF(r.s[c * H + q]);
+    const float xin = ToF(r.x[c]);
     float acc = bias[c] + w[c][H] * xin;
     // win[j] = entry (head + j) mod H, by whole compile-time rotations (a
     // run-time index would put the rows in local memory)
-    float win[H > 0 ? H : 1];
+    float win[H];
 #pragma unroll
-    for (int j = 0; j < H; ++j) win[j] = row[c][j];
+    for (int j = 0; j < H; ++j) win[j] = row[j];
+    if (kCircular) {
 #pragma unroll
-    for (int r = 1; r < H; ++r)
-      if (head == r) {
+      for (int k = 1; k < H; ++k)
+        if (r.head == k) {
 #pragma unroll
-        for (int j = 0; j < H; ++j) win[j] = row[c][(j + r) % H];
-      }
+          for (int j = 0; j < H; ++j) win[j] = row[(j + k) % H];
+        }
+    }
 #pragma unroll
     for (int j = 0; j < H; ++j) acc += w[c][j] * win[j];
-    yv[c] = FromF<T>(live ? Activate(acc, silu) : 0.f);
+    yv[c] = FromF<T>(r.live ? Activate(acc, silu) : 0.f);
 #pragma unroll
     for (int q = 0; q < H; ++q) {
       float nv;
-      if (u.cache_seqlens) nv = q == head ? xin : row[c][q];  // replace the oldest
-      else nv = q + 1 < H ? row[c][q + 1] : xin;              // shift left
+      if (kCircular) nv = q == r.head ? xin : row[q];  // replace the oldest
+      else nv = q + 1 < H ? row[q + 1] : xin;          // shift left
       out[c * H + q] = FromF<T>(nv);
     }
   }
-  yv.Store(static_cast<T*>(u.y) + b * u.dim + d0);
-  if (!live) return;
-  out.Store(st);
+}
+
+// (4 blocks per SM for 2-byte types; float32 would spill there)
+template <typename T, int kW>
+__global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
+    UpdateVecKernel(const UpdateArgs u, const UpdatePlan p) {
+  constexpr int C = kVecChannels, H = kW - 1;
+  using Row = UpdateRow<T, kW>;
+  constexpr int kWords = decltype(Row::s)::kWords;
+  // A warp's 32 x kWords state words: loaded and stored by word (coalesced),
+  // used by thread. Each lane writes only the slots it read, so one
+  // __syncwarp per change of direction suffices.
+  __shared__ uint4 stage[kUpdateThreads / 32][32 * kWords];
+  const int t = blockIdx.x * kUpdateThreads + threadIdx.x;
+  if (t >= p.row_groups * p.chunks) return;  // whole warps when staged
+  const int lane = threadIdx.x & 31;
+  const int rg = t / p.chunks, d0 = (t - rg * p.chunks) * C;
+  const int b0 = rg * p.rows, b1 = min(int(u.batch), b0 + p.rows);
+  uint4* buf = stage[threadIdx.x >> 5];
+  const bool silu = u.act == Activation::kSilu;
+
+  float w[C][kW], bias[C];
+  auto load_weights = [&](int g) {  // the taps and biases of these 8 channels in weight group g
+    const int64_t wrow = int64_t(g) * u.dim + d0;
+    LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
+    if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
+    else
+#pragma unroll
+      for (int c = 0; c < C; ++c) bias[c] = 0.f;
+  };
+  auto finish = [&](Row& r, int b) {  // everything after the loads of row b
+    if (p.staged && r.live) {  // word q * 32 + lane -> this thread's words
+#pragma unroll
+      for (int q = 0; q < kWords; ++q) buf[q * 32 + lane] = r.s.w[q];
+      __syncwarp();
+#pragma unroll
+      for (int q = 0; q < kWords; ++q) r.s.w[q] = buf[lane * kWords + q];
+    }
+    RawVec<T, C * sizeof(T)> yv;
+    RawVec<T, C * H * sizeof(T)> out;  // the new state rows
+    if (u.cache_seqlens) UpdateChannels<T, kW, true>(r, w, bias, silu, yv, out);
+    else UpdateChannels<T, kW, false>(r, w, bias, silu, yv, out);
+    yv.Store(static_cast<T*>(u.y) + int64_t(b) * u.dim + d0);
+    if (!r.live) return;
+    if (p.staged) {  // back to word order, then coalesced streaming stores
+#pragma unroll
+      for (int q = 0; q < kWords; ++q) buf[lane * kWords + q] = out.w[q];
+      __syncwarp();
+      uint4* dst = reinterpret_cast<uint4*>(r.st - lane * C * H);
+#pragma unroll
+      for (int q = 0; q < kWords; ++q) __stcs(dst + q * 32 + lane, buf[q * 32 + lane]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < kWords; ++q) __stcs(reinterpret_cast<uint4*>(r.st) + q, out.w[q]);
+    }
+  };
+
+  Row cur;
+  cur.Load(u, b0, d0, lane, p.staged);
+  if (p.rows == 1) {  // straight line: the latency-bound small batch
+    load_weights(b0 / p.group_rows);
+    finish(cur, b0);
+    return;
+  }
+  Row next;
+  int wgroup = -1;
+  for (int b = b0; b < b1; ++b) {
+    if (b + 1 < b1) next.Load(u, b + 1, d0, lane, p.staged);
+    const int g = b / p.group_rows;
+    if (g != wgroup) load_weights(wgroup = g);
+    finish(cur, b);
+    cur = next;
+  }
 }
 
 bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Rows per thread: one, unless the (batch, dim / 8) grid is larger than
+// the GPU holds at once; then as many as spread the rows evenly over it.
+template <typename T, int kW>
+cudaError_t LaunchUpdateVec(const UpdateArgs& u, cudaStream_t stream) {
+  auto* kernel = UpdateVecKernel<T, kW>;
+  static const int blocks_per_sm = [&] {
+    int n = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kUpdateThreads, 0) == cudaSuccess ? n : 1;
+  }();
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  UpdatePlan p;
+  p.chunks = int32_t(u.dim / kVecChannels);
+  p.staged = p.chunks % 32 == 0;
+  p.group_rows = int32_t(u.batch / u.groups);
+  const int64_t resident = int64_t(std::max(sms, 1)) * std::max(blocks_per_sm, 1) * kUpdateThreads;
+  p.rows = int32_t(std::max<int64_t>(1, CeilDiv(u.batch * p.chunks, resident)));
+  p.row_groups = int32_t(CeilDiv(u.batch, p.rows));
+  const unsigned blocks = unsigned(CeilDiv(int64_t(p.row_groups) * p.chunks, kUpdateThreads));
+  kernel<<<blocks, kUpdateThreads, 0, stream>>>(u, p);
+  return cudaGetLastError();
+}
 
 template <typename T>
 bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
@@ -233,15 +344,14 @@ bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   if (u.seqlen != 1 || u.width < 2 || u.width > 4 || u.state_len != u.width - 1 ||
       u.dim % kVecChannels != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
       !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
-      u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64)
+      u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64 ||
+      u.batch * (u.dim / kVecChannels) + kUpdateThreads > INT32_MAX)  // 32-bit thread indices
     return false;
-  const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / kVecChannels), kUpdateThreads));
   switch (u.width) {
-    case 2: UpdateVecKernel<T, 2><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
-    case 3: UpdateVecKernel<T, 3><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
-    default: UpdateVecKernel<T, 4><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
+    case 2: *err = LaunchUpdateVec<T, 2>(u, stream); break;
+    case 3: *err = LaunchUpdateVec<T, 3>(u, stream); break;
+    default: *err = LaunchUpdateVec<T, 4>(u, stream); break;
   }
-  *err = cudaGetLastError();
   return true;
 }
 

@@ -46,13 +46,16 @@ for dt, (B, D, L), W, cl in CONFIGS:
         assert np.allclose(a, e, rtol=tol, atol=tol * (1 + np.abs(e).max(initial=0))), (dt, B, D, L, W, cl)
     n += 1
 # decode: the 8-channel kernel (state_len = W - 1, dim % 8 == 0) and the
-# general one, rolling and circular, with a padding row
-for D, SL in ((48, 3), (36, 5)):
-    x = jnp.asarray(rng.standard_normal((3, D)), jnp.bfloat16)
-    st = jnp.asarray(rng.standard_normal((4, D, SL)), jnp.bfloat16)
+# general one, rolling and circular, with a padding row; dim 256: warps
+# staging their state rows in shared memory; (600, 2048): rows per thread > 1
+for B, D, SL in ((3, 48, 3), (3, 36, 5), (3, 256, 3), (600, 2048, 3)):
+    x = jnp.asarray(rng.standard_normal((B, D)), jnp.bfloat16)
+    st = jnp.asarray(rng.standard_normal((B + 1, D, SL)), jnp.bfloat16)
     w, b = jnp.asarray(rng.standard_normal((D, 4)), jnp.float32), jnp.asarray(rng.standard_normal((D,)), jnp.float32)
-    for kw in ({}, {"cache_seqlens": jnp.asarray([0, 5, 2], jnp.int32),
-                    "conv_state_indices": jnp.asarray([3, -1, 0], jnp.int32)}):
+    idx = np.arange(B, dtype=np.int32)[::-1].copy()
+    idx[1] = -1
+    for kw in ({}, {"cache_seqlens": jnp.asarray(np.arange(B) * 5 % 7, jnp.int32),
+                    "conv_state_indices": jnp.asarray(idx)}):
         f = jax.jit(lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu", **kw))
         out = f(x, st)
         ref = f(*(jax.device_put(a, cpu) for a in (x, st)))

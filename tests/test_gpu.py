@@ -177,6 +177,42 @@ def test_small_update_vector_path(dtype, W, wdtype):
     check(f, (x, st), dtype, "update, no bias")
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("B, D", [(6, 256), (600, 2048)])
+def test_update_staged_and_multirow(dtype, B, D):
+    """dim / 8 a multiple of 32: each warp moves its state rows through shared
+    memory; (600, 2048) is more threads than an H100/H200 holds at once, so
+    each thread takes several rows, the next one's loads in flight."""
+    rng = np.random.default_rng(B + D)
+    dt, W, slots = DT[dtype], 4, B + 3
+    x = jnp.asarray(rng.standard_normal((B, D)), dt)
+    st = jnp.asarray(rng.standard_normal((slots, D, W - 1)), dt)
+    w = jnp.asarray(rng.standard_normal((D, W)), dt)
+    b = jnp.asarray(rng.standard_normal((D,)), dt)
+    seqlens = jnp.asarray(rng.integers(-3, 50, B), jnp.int32)
+    idx = np.asarray(rng.permutation(slots)[:B], np.int32)
+    idx[1::7] = -1  # padding rows, whole warps of them
+    check_update_modes(x, st, w, b, dtype, seqlens, jnp.asarray(idx))
+
+
+def test_update_vmap_groups_multirow():
+    """vmap over the weights: one launch with 3 weight groups of 200 rows,
+    whose row runs per thread straddle the group boundaries."""
+    rng = np.random.default_rng(3)
+    G, B, D, W = 3, 200, 2048, 4
+    xs = jnp.asarray(rng.standard_normal((G, B, D)), jnp.bfloat16)
+    sts = jnp.asarray(rng.standard_normal((G, B, D, W - 1)), jnp.bfloat16)
+    ws = jnp.asarray(rng.standard_normal((G, D, W)), jnp.bfloat16)
+    bs = jnp.asarray(rng.standard_normal((G, D)), jnp.bfloat16)
+    f = lambda xs, sts, ws, bs: jax.vmap(
+        lambda x, s, w, b: jcc.causal_conv1d_update(x, s, w, b, activation="silu", backend="ffi"))(xs, sts, ws, bs)
+    got = check(f, (xs, sts, ws, bs), "bfloat16", "vmap update")
+    ref = run(CPU, lambda *a: jax.vmap(lambda x, s, w, b: jcc.reference.causal_conv1d_update(
+        x, s, w, b, activation="silu"))(*a), xs, sts, ws, bs)
+    for g, r in zip(got, ref):
+        assert np.max(np.abs(g - r)) / max(1.0, np.max(np.abs(r))) <= REL["bfloat16"]
+
+
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_mixed_weight_dtypes(cl):
     rng = np.random.default_rng(5)
