@@ -404,8 +404,8 @@ __global__ void __launch_bounds__(kClX * kClY, 3)
   constexpr int H = kW - 1, kV = kClV;
   __shared__ float red[kClY][kClX][kV * (kW + 1)];
   const int64_t D = a.dim, L = a.len;
-  const int64_t b = blockIdx.x / nchunk, chunk = blockIdx.x % nchunk;
-  const int64_t c0 = (int64_t(blockIdx.y) * kClX + threadIdx.x) * kV;
+  const ClBlock blk = LocateClBlock<kV>(D, nchunk);
+  const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
   const int64_t ts = (chunk * kClY + threadIdx.y) * kClBwdSteps;
   const int64_t te = Min64(L, ts + kClBwdSteps);
   const bool active = c0 < D && ts < te;
@@ -631,7 +631,7 @@ Plan MakePlan(const ConvArgs& a, bool allow_stream = true) {
   p.cl = a.channels_last && a.width >= 2 && a.width <= 4;
   if (p.cl) {
     p.nchunk = CeilDiv(a.len, int64_t(kClBwdSteps) * kClY);
-    if (a.batch * p.nchunk > INT_MAX || CeilDiv(a.dim, int64_t(kClX) * kClV) > 65535) p.cl = false;
+    if (ClBlocks(a.batch, p.nchunk, a.dim, kClV) > INT_MAX) p.cl = false;
   }
   if (!p.cl) {
     const int64_t kTile = int64_t(kThreads) * (32 / DTypeBytes(a.x_dtype));
@@ -669,7 +669,7 @@ cudaError_t LaunchCl(const ConvArgs& a, const Plan& p, float* ws, cudaStream_t s
   const bool vec = a.dim % kClV == 0 && Aligned(a.x, bytes) && Aligned(a.dy, bytes) &&
                    Aligned(a.dx, bytes);
   if (vec && a.mode == SegmentMode::kRow) return BackwardClRow(a, p.nchunk, ws, stream);
-  const dim3 grid(unsigned(a.batch * p.nchunk), unsigned(CeilDiv(a.dim, int64_t(kClX) * kClV)));
+  const dim3 grid(unsigned(ClBlocks(a.batch, p.nchunk, a.dim, kClV)));
   if (a.mode == SegmentMode::kRow)
     BwdClKernel<T, kW, false><<<grid, dim3(kClX, kClY), 0, stream>>>(a, p.nchunk, ws, vec);
   else

@@ -34,8 +34,8 @@ __global__ void __launch_bounds__(kClX * kClY)
   __shared__ float red[kClY][kClX][kV * (kW + 1)];
   const int tid = threadIdx.y * kClX + threadIdx.x;
   const int64_t D = a.dim, L = a.len;
-  const int64_t b = blockIdx.x / nchunk, chunk = blockIdx.x % nchunk;
-  const int64_t c0 = (int64_t(blockIdx.y) * kClX + threadIdx.x) * kV;
+  const ClBlock blk = LocateClBlock<kV>(D, nchunk);
+  const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
   const int64_t ts = (chunk * kClY + threadIdx.y) * kClBwdSteps;
   const int64_t te = Min64(L, ts + kClBwdSteps);
   const bool active = c0 < D && ts < te;
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kClX * kClY)
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream) {
-  const dim3 grid(unsigned(a.batch * nchunk), unsigned(CeilDiv(a.dim, int64_t(kClX) * kClV)));
+  const dim3 grid(unsigned(ClBlocks(a.batch, nchunk, a.dim, kClV)));
   const dim3 block(kClX, kClY);
   switch (a.width) {
     case 2: BwdClRowKernel<T, 2><<<grid, block, 0, stream>>>(a, nchunk, ws); break;

@@ -179,8 +179,8 @@ template <typename T, int kW, int kV, bool kMasked>
 __global__ void __launch_bounds__(kClX * kClY, 3)
     FwdClKernel(const ConvArgs a, int64_t nchunk, bool vec) {
   constexpr int H = kW - 1;
-  const int64_t b = blockIdx.x / nchunk, chunk = blockIdx.x % nchunk;
-  const int64_t c0 = (int64_t(blockIdx.y) * kClX + threadIdx.x) * kV;
+  const ClBlock blk = LocateClBlock<kV>(a.dim, nchunk);
+  const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
   if (c0 >= a.dim) return;
   const int64_t D = a.dim, L = a.len;
   const int64_t ts = (chunk * kClY + threadIdx.y) * kClSteps;
@@ -327,12 +327,12 @@ template <typename T, int kW>
 cudaError_t LaunchCl(const ConvArgs& a, cudaStream_t stream) {
   constexpr int kV = 16 / sizeof(T) > 8 ? 8 : 16 / sizeof(T);
   const int64_t nchunk = CeilDiv(a.len, int64_t(kClSteps) * kClY);
-  const int64_t gy = CeilDiv(a.dim, int64_t(kClX) * kV);
-  if (a.batch * nchunk > INT_MAX || gy > 65535) return LaunchTile<T, kW>(a, stream);
+  const int64_t blocks = ClBlocks(a.batch, nchunk, a.dim, kV);
+  if (blocks > INT_MAX) return LaunchTile<T, kW>(a, stream);
   const int bytes = kV * int(sizeof(T));
   const bool vec = a.dim % kV == 0 && Aligned(a.x, bytes) && Aligned(a.y, bytes) &&
                    (!a.residual || Aligned(a.residual, bytes));
-  const dim3 grid(unsigned(a.batch * nchunk), unsigned(gy)), block(kClX, kClY);
+  const dim3 grid{unsigned(blocks)}, block{kClX, kClY};
   if (a.mode == SegmentMode::kRow)
     FwdClKernel<T, kW, kV, false><<<grid, block, 0, stream>>>(a, nchunk, vec);
   else

@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(kClX * kClY)
                 threadIdx.x];
   };
   const int64_t D = a.dim, L = a.len;
-  const int64_t b = blockIdx.x / nchunk, chunk = blockIdx.x % nchunk;
-  const int64_t c0 = (int64_t(blockIdx.y) * kClX + threadIdx.x) * kV;
+  const ClBlock blk = LocateClBlock<kV>(a.dim, nchunk);
+  const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
   const int64_t ts = (chunk * kClY + threadIdx.y) * kClFwdSteps;
   const int64_t te = Min64(L, ts + kClFwdSteps);
   if (c0 >= D || ts >= te) return;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kClX * kClY)
 }
 
 template <typename T, int kW>
-cudaError_t Launch(const ConvArgs& a, int64_t nchunk, unsigned gy, cudaStream_t stream) {
+cudaError_t Launch(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
   const size_t smem = size_t(2) * (a.residual ? 2 : 1) * kStage * kClX * kClY * 16;
   auto* kernel = FwdClRowKernel<T, kW>;
   if (smem > 48 * 1024) {
@@ -100,7 +100,8 @@ cudaError_t Launch(const ConvArgs& a, int64_t nchunk, unsigned gy, cudaStream_t 
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
   }
-  kernel<<<dim3(unsigned(a.batch * nchunk), gy), dim3(kClX, kClY), smem, stream>>>(a, nchunk);
+  constexpr int kV = 16 / int(sizeof(T));
+  kernel<<<unsigned(ClBlocks(a.batch, nchunk, a.dim, kV)), dim3(kClX, kClY), smem, stream>>>(a, nchunk);
   return cudaGetLastError();
 }
 
@@ -108,15 +109,14 @@ template <typename T>
 bool TryT(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
   constexpr int kV = 16 / int(sizeof(T));
   const int64_t nchunk = CeilDiv(a.len, int64_t(kClFwdSteps) * kClY);
-  const int64_t gy = CeilDiv(a.dim, int64_t(kClX) * kV);
   if (!a.channels_last || a.mode != SegmentMode::kRow || a.width < 2 || a.width > 4 ||
       a.dim % kV != 0 || !Aligned(a.x, 16) || !Aligned(a.y, 16) ||
-      (a.residual && !Aligned(a.residual, 16)) || a.batch * nchunk > INT_MAX || gy > 65535)
+      (a.residual && !Aligned(a.residual, 16)) || ClBlocks(a.batch, nchunk, a.dim, kV) > INT_MAX)
     return false;
   switch (a.width) {
-    case 2: *err = Launch<T, 2>(a, nchunk, unsigned(gy), stream); break;
-    case 3: *err = Launch<T, 3>(a, nchunk, unsigned(gy), stream); break;
-    default: *err = Launch<T, 4>(a, nchunk, unsigned(gy), stream); break;
+    case 2: *err = Launch<T, 2>(a, nchunk, stream); break;
+    case 3: *err = Launch<T, 3>(a, nchunk, stream); break;
+    default: *err = Launch<T, 4>(a, nchunk, stream); break;
   }
   return true;
 }
