@@ -198,9 +198,10 @@ def device_busy_us(f, *args, n=10):
     return sum(e - s for _, s, e in ev) / 1e3 / n if ev else float("nan")
 
 
-def decode_stepper(layers, backend, states):
+def decode_stepper(layers, backend, states, compiler_options=None):
     """run(x, ws, bs) -> y: one jitted decode step through `layers` layers
-    (SiLU), the states held here and donated to each step."""
+    (SiLU), the states held here and donated to each step; compiled with
+    `compiler_options` (XLA debug options) when given."""
     @functools.partial(jax.jit, donate_argnums=(0,))
     def step(states, x, ws, bs):
         new = []
@@ -210,10 +211,12 @@ def decode_stepper(layers, backend, states):
             new.append(s)
         return new, x
 
-    box = [states]
+    box = [states, None]
 
     def run(x, ws, bs):
-        box[0], y = step(box[0], x, ws, bs)
+        if box[1] is None:
+            box[1] = step.lower(box[0], x, ws, bs).compile(compiler_options) if compiler_options else step
+        box[0], y = box[1](box[0], x, ws, bs)
         return y
     return run
 

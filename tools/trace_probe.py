@@ -1,7 +1,7 @@
 """Device-side timelines from the JAX profiler: which kernels a jitted program
 runs, how long each takes on the GPU, and the gaps between them. For kernel
 work, not the recorded benchmark.
-    python3 tools/trace_probe.py [decode] [small] [conv] [scan]"""
+    python3 tools/trace_probe.py [decode | decode-more] [small] [conv] [scan]"""
 import statistics
 import sys
 
@@ -33,25 +33,71 @@ def summarize(title, ev, steps):
               f"max {max(gaps)/1e3:.2f} us")
 
 
+def host_summary(title, f, *args, n=10):
+    """The host-side trace events of n back-to-back runs: the costliest names."""
+    import glob
+    import tempfile
+    jax.block_until_ready(f(*args))
+    d = tempfile.mkdtemp()
+    jax.profiler.start_trace(d)
+    for _ in range(n):
+        out = f(*args)
+    jax.block_until_ready(out)
+    jax.profiler.stop_trace()
+    path = glob.glob(f"{d}/**/*.xplane.pb", recursive=True)[0]
+    by = {}
+    for plane in jax.profiler.ProfileData.from_file(path).planes:
+        if plane.name.startswith("/host"):
+            for line in plane.lines:
+                for e in line.events:
+                    by.setdefault(e.name[:70], []).append(e.duration_ns)
+    print(f"== host events, {title} ({n} runs): total us per run, count per run")
+    for name, ds in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:14]:
+        print(f"   {sum(ds)/1e3/n:9.1f} us  {len(ds)/n:6.1f}x  {name}")
+
+
 def main():
     rng = np.random.default_rng(0)
     dt = jnp.bfloat16
     what = sys.argv[1:] or ["decode", "small", "conv", "scan"]
 
-    if "decode" in what:
+    if "decode" in what or "decode-more" in what:
         W, layers = 4, 32
         for B, D in ((64, 4096), (256, 8192)):
             ws = [jnp.asarray(rng.standard_normal((D, W)) / 2, dt) for _ in range(layers)]
             bs = [jnp.asarray(rng.standard_normal((D,)), dt) for _ in range(layers)]
             x = jnp.asarray(rng.standard_normal((B, D)), dt)
-            for backend in ("ffi", "xla"):
+            no_graphs = {"xla_gpu_enable_command_buffer": ""}
+            variants = [("ffi", None)]
+            if "decode-more" in what:
+                variants += [("ffi", no_graphs), ("xla", None), ("xla", no_graphs)]
+            for backend, opts in variants:
                 run = decode_stepper(layers, backend, [jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
-                                                       for _ in range(layers)])
+                                                       for _ in range(layers)], compiler_options=opts)
                 t_sync = timeit(run, x, ws, bs, reps=20)
                 t_async = timeit(run, x, ws, bs, reps=7, calls=20)
-                print(f"decode B={B} D={D} {backend}: per layer {t_sync*1e6/layers:.2f} us (sync each step), "
+                tag = f"{backend}{', no command buffers' if opts else ''}"
+                print(f"decode B={B} D={D} {tag}: per layer {t_sync*1e6/layers:.2f} us (sync each step), "
                       f"{t_async*1e6/layers:.2f} us (20 steps async)")
-                summarize(f"decode B={B} D={D} {backend}, one step", device_events(run, x, ws, bs, n=10), 10)
+                summarize(f"decode B={B} D={D} {tag}, one step", device_events(run, x, ws, bs, n=10), 10)
+                if opts is None and backend == "ffi":
+                    host_summary(f"decode B={B} D={D} {tag}", run, x, ws, bs)
+            # yardstick: the same bytes through one XLA elementwise pass per layer
+            # (x read and written, the donated state read and written in place)
+            def negate_step(states, x):
+                new = []
+                for s in states:
+                    new.append(-s)
+                    x = -x
+                return new, x
+            negate = jax.jit(negate_step, donate_argnums=(0,))
+            box = [[jnp.asarray(rng.standard_normal((B, D, W - 1)), dt) for _ in range(layers)]]
+
+            def run_negate(x):
+                box[0], y = negate(box[0], x)
+                return y
+            summarize(f"decode B={B} D={D} XLA negate of the same bytes, one step",
+                      device_events(run_negate, x, n=10), 10)
 
     if "scan" in what:
         B, D, W = 64, 4096, 4
@@ -78,6 +124,18 @@ def main():
             summarize(f"scan body {name}", device_events(f, s0, xs, n=2), 2 * 256)
             txt = f.lower(s0, xs).compile().as_text()
             print("   while loops:", txt.count(" while("), " command buffers:", txt.count("command_buffer"))
+        # the loop itself as a CUDA graph (XLA's WHILE command), or no graphs at all
+        for opts in ({"xla_gpu_enable_command_buffer": "FUSION,CUSTOM_CALL,WHILE,CONDITIONAL"},
+                     {"xla_gpu_enable_command_buffer": ""}):
+            for name in ("ours", "barrier (s, x)"):
+                try:
+                    f = scan_of(bodies[name]).lower(s0, xs).compile(opts)
+                    t = timeit(f, s0, xs, reps=7, calls=3)
+                except Exception as e:
+                    print(f"scan {name} {opts}: {type(e).__name__}: {str(e)[:200]}")
+                    continue
+                print(f"scan 256 steps, body {name}, {opts}: {t*1e6/256:.2f} us/step")
+                summarize(f"scan body {name} {opts}", device_events(f, s0, xs, n=2), 2 * 256)
 
     if "small" in what:
         x = jnp.asarray(rng.standard_normal((32, 512, 1024)), dt)
@@ -92,6 +150,8 @@ def main():
                   f"batched16 {timeit(batched(fn), xs, w, b, reps=7, calls=3, inner=16)*1e6:.2f} us/call")
             summarize(f"(32,512,1024) {name} single jit", device_events(f1, x, w, b, n=20), 20)
             summarize(f"(32,512,1024) {name} batched16", device_events(batched(fn), xs, w, b, n=2), 32)
+            if name != "ref":
+                host_summary(f"(32,512,1024) {name} batched16", batched(fn), xs, w, b, n=4)
 
     if "conv" in what:
         for shape, cl, dty in (((8, 4096, 4096), True, dt), ((8, 4096, 4096), False, dt)):
