@@ -83,21 +83,10 @@ def main():
                 if opts is None and backend == "ffi":
                     host_summary(f"decode B={B} D={D} {tag}", run, x, ws, bs)
             # yardstick: the same bytes through one XLA elementwise pass per layer
-            # (x read and written, the donated state read and written in place)
-            def negate_step(states, x):
-                new = []
-                for s in states:
-                    new.append(-s)
-                    x = -x
-                return new, x
-            negate = jax.jit(negate_step, donate_argnums=(0,))
-            box = [[jnp.asarray(rng.standard_normal((B, D, W - 1)), dt) for _ in range(layers)]]
-
-            def run_negate(x):
-                box[0], y = negate(box[0], x)
-                return y
+            run = decode_stepper(layers, "negate", [jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
+                                                    for _ in range(layers)])
             summarize(f"decode B={B} D={D} XLA negate of the same bytes, one step",
-                      device_events(run_negate, x, n=10), 10)
+                      device_events(run, x, ws, bs, n=10), 10)
 
     if "scan" in what:
         B, D, W = 64, 4096, 4
