@@ -30,6 +30,6 @@ timeout $T compute-sanitizer --tool racecheck --error-exitcode 9 python3 tests/g
 for f in test_gpu_1 test_gpu_2 test_gpu_3 test_torch test_scale; do echo "$f: $(tail -1 "$OUT/$f.log")"; done
 grep -h "^FAILED" "$OUT"/test_*.log | head -5
 for tool in memcheck racecheck initcheck synccheck; do
-  echo "compute-sanitizer $tool: $(grep -m1 'PROBE OK' "$OUT/sanitize_$tool.log") | $(grep -m1 'ERROR SUMMARY' "$OUT/sanitize_$tool.log")"
+  echo "compute-sanitizer $tool: $(grep -m1 'PROBE OK' "$OUT/sanitize_$tool.log") | $(grep -m1 'SUMMARY' "$OUT/sanitize_$tool.log")"
 done
 echo "total: $((SECONDS - t0)) s"
