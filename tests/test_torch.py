@@ -379,6 +379,60 @@ def test_compile_inductor_forward():
     close(f(x, w), jt.causal_conv1d_ref(x, w, activation="silu") + 1, torch.float32)
 
 
+# --- the direct path (no dispatcher when nothing needs it) ------------------------------
+
+
+def test_call_takes_the_direct_path_only_when_nothing_needs_the_dispatcher():
+    class Spy:
+        used = None
+
+        def _init_fn(self, *args):
+            self.used = "direct"
+
+        def __call__(self, *args):
+            self.used = "op"
+
+    x = torch.randn(2, 3)
+    cases = [(x, None, "direct"), (x.clone().requires_grad_(), None, "op")]
+    for arg, ctx, want in cases:
+        spy = Spy()
+        jt._call(spy, arg, 1, None)
+        assert spy.used == want
+    spy = Spy()
+    with torch.no_grad():
+        jt._call(spy, x.clone().requires_grad_())
+    assert spy.used == "direct"
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    spy = Spy()
+    with FakeTensorMode():
+        jt._call(spy, torch.empty(2, 3))
+    assert spy.used == "op"
+    spy = Spy()
+    torch.func.vmap(lambda t: jt._call(spy, t) or t)(x)
+    assert spy.used == "op"
+
+
+def test_direct_path_matches_the_op_and_keeps_autograd_safety():
+    """Same results as through the op; the in-place state update still bumps
+    the state's version counter, so a graph that saved the state refuses to
+    backpropagate through values the update overwrote."""
+    gen = torch.Generator().manual_seed(11)
+    x, w, b = torch.randn(2, 8, 16, generator=gen), torch.randn(8, 4, generator=gen), torch.randn(8, generator=gen)
+    y_op = jt._fwd_op(x, w, b, None, None, False, 1, False, False)[0]
+    assert torch.equal(jt.causal_conv1d_fn(x, w, b, activation="silu"), y_op)
+    with torch.no_grad():
+        y = jt.causal_conv1d_fn(x.clone().requires_grad_(), w, b, activation="silu")
+    assert torch.equal(y, y_op) and not y.requires_grad
+    state = torch.randn(2, 8, 3, generator=gen)
+    a = torch.randn(2, 8, 3, generator=gen, requires_grad=True)
+    loss = (a * state).sum()  # saves state for its backward
+    v0 = state._version
+    jt.causal_conv1d_update(torch.randn(2, 8, generator=gen), state, w)
+    assert state._version > v0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 # --- bad input ----------------------------------------------------------------------------
 
 
