@@ -172,6 +172,14 @@ class _Backend:
 # forward kernel takes ~180 us), paid before the kernel launches.
 
 
+# (private torch hooks: without any of them, every call takes the op)
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
+_dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None)
+_CAN_SKIP = (_functorch_level is not None and _dispatch_depth is not None
+             and hasattr(torch.compiler, "is_compiling")
+             and hasattr(torch.autograd.graph, "increment_version"))
+
+
 def _call(op, *args, mutated=None):
     """op(*args), or op's implementation directly when no tensor needs
     autograd, nothing traces (torch.compile, fake or wrapped tensors,
@@ -181,11 +189,9 @@ def _call(op, *args, mutated=None):
     impl = getattr(op, "_init_fn", None)
     tensors = [a for a in args if isinstance(a, Tensor)]
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    if (impl is None or grad or torch.compiler.is_compiling()
+    if (not _CAN_SKIP or impl is None or grad or torch.compiler.is_compiling()
             or any(type(t) is not Tensor for t in tensors)
-            or torch._C._functorch.maybe_current_level() is not None
-            or torch._C._len_torch_dispatch_stack() > 0
-            or (mutated is not None and not hasattr(torch.autograd.graph, "increment_version"))):
+            or _functorch_level() is not None or _dispatch_depth() > 0):
         return op(*args)
     out = impl(*args)
     if mutated is not None:
