@@ -212,20 +212,6 @@ constexpr int kClY = 4;
 constexpr int kClBwdSteps = 128;  // time steps per thread in the channels-last backward
 constexpr int kClV = 4;           // channels per thread in the channels-last backward
 
-// Channels-last grids are 1-D, the channel groups (kClX x kV channels) of one
-// (batch row, time chunk) consecutive: the blocks in flight then read and
-// write whole time steps. With the time chunks consecutive instead, the
-// row-kernel forward took 207.8 us against 203.5 us (H100, (8,4096,4096) bf16).
-__host__ __device__ __forceinline__ int64_t ClGroups(int64_t dim, int kV) {
-  return (dim + int64_t(kClX) * kV - 1) / (int64_t(kClX) * kV);
-}
-inline int64_t ClBlocks(int64_t batch, int64_t nchunk, int64_t dim, int kV) {
-  return batch * nchunk * ClGroups(dim, kV);
-}
-struct ClBlock {
-  int64_t b, chunk, c0;  // batch row, time chunk, this thread's first channel
-};
-
 // Element j of the history window of state row `row`, channel d.
 template <typename T>
 __device__ __forceinline__ float LoadState(const ConvArgs& a, const void* s, int64_t row,
@@ -395,14 +381,27 @@ __host__ __device__ __forceinline__ int64_t DivFast(int64_t n, int64_t d) {
   return n / d;
 }
 
+// Ceil division for launch sizes.
+__host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Channels-last grids are 1-D, the channel groups (kClX x kV channels) of one
+// (batch row, time chunk) consecutive: the blocks in flight then read and
+// write whole time steps. With the time chunks consecutive instead, the
+// row-kernel forward took 207.8 us against 203.5 us (H100, (8,4096,4096) bf16).
+__host__ __device__ __forceinline__ int64_t ClGroups(int64_t dim, int kV) {
+  return CeilDiv(dim, int64_t(kClX) * kV);
+}
+inline int64_t ClBlocks(int64_t batch, int64_t nchunk, int64_t dim, int kV) {
+  return batch * nchunk * ClGroups(dim, kV);
+}
+struct ClBlock {
+  int64_t b, chunk, c0;  // batch row, time chunk, this thread's first channel
+};
 template <int kV>
 __device__ __forceinline__ ClBlock LocateClBlock(int64_t dim, int64_t nchunk) {
   const int64_t groups = ClGroups(dim, kV), rest = DivFast(blockIdx.x, groups);
   const int64_t b = DivFast(rest, nchunk);
   return {b, rest - b * nchunk, ((blockIdx.x - rest * groups) * kClX + threadIdx.x) * kV};
 }
-
-// Ceil division for launch sizes.
-__host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace jcc::cuda
