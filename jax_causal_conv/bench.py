@@ -165,10 +165,10 @@ def bench_conv(platform, W=4, log=print):
     return rows
 
 
-def device_events(f, *args, n=10):
-    """GPU kernels and copies of n back-to-back runs of f(*args), from the JAX
-    profiler: a list of (name, start_ns, end_ns) sorted by start; [] where
-    the trace has no GPU stream lines (a CPU run)."""
+def trace_planes(f, *args, n=10):
+    """The JAX profiler's planes (host and device timelines) over n
+    back-to-back runs of f(*args), after one untraced run; [] when the
+    profiler wrote no trace."""
     import glob
     import tempfile
     _block(f(*args))
@@ -180,10 +180,15 @@ def device_events(f, *args, n=10):
     _block(out)
     jax.profiler.stop_trace()
     paths = glob.glob(f"{d}/**/*.xplane.pb", recursive=True)
-    if not paths:
-        return []
+    return list(jax.profiler.ProfileData.from_file(paths[0]).planes) if paths else []
+
+
+def device_events(f, *args, n=10):
+    """GPU kernels and copies of n back-to-back runs of f(*args), from the JAX
+    profiler: a list of (name, start_ns, end_ns) sorted by start; [] where
+    the trace has no GPU stream lines (a CPU run)."""
     ev = []
-    for plane in jax.profiler.ProfileData.from_file(paths[0]).planes:
+    for plane in trace_planes(f, *args, n=n):
         if plane.name.startswith("/device:GPU"):
             for line in plane.lines:
                 if line.name.startswith("Stream"):  # not the XLA op/module summaries

@@ -11,7 +11,7 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import batched, decode_stepper, device_events, timeit
+from jax_causal_conv.bench import batched, decode_stepper, device_events, timeit, trace_planes
 
 
 def summarize(title, ev, steps):
@@ -35,18 +35,8 @@ def summarize(title, ev, steps):
 
 def host_summary(title, f, *args, n=10):
     """The host-side trace events of n back-to-back runs: the costliest names."""
-    import glob
-    import tempfile
-    jax.block_until_ready(f(*args))
-    d = tempfile.mkdtemp()
-    jax.profiler.start_trace(d)
-    for _ in range(n):
-        out = f(*args)
-    jax.block_until_ready(out)
-    jax.profiler.stop_trace()
-    path = glob.glob(f"{d}/**/*.xplane.pb", recursive=True)[0]
     by = {}
-    for plane in jax.profiler.ProfileData.from_file(path).planes:
+    for plane in trace_planes(f, *args, n=n):
         if plane.name.startswith("/host"):
             for line in plane.lines:
                 for e in line.events:
