@@ -9,10 +9,8 @@ OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 t0=$SECONDS
 bash tools/device_build.sh || exit 1
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  ( timeout 300 python3 -m pytest -q -x tests/test_gpu.py -k "small_forward_backward and bfloat16" > "$OUT/test_gpu_1.log" 2>&1 &
-    timeout 300 python3 -m pytest -q -x tests/test_gpu.py -k "small_forward_backward and not bfloat16" > "$OUT/test_gpu_2.log" 2>&1 &
-    timeout 300 python3 -m pytest -q -x tests/test_gpu.py -k "not small_forward_backward" > "$OUT/test_gpu_3.log" 2>&1 &
-    wait )
+  source tools/gpu_test_parts.sh
+  ( gpu_test_parts 300; wait )
   for i in 1 2 3; do echo "test_gpu part $i: $(tail -1 "$OUT/test_gpu_$i.log")"; done
   grep -h -A15 "^_____" "$OUT"/test_gpu_*.log | grep -E "Error|assert|FAILED" | head -8
   echo "tests done: $((SECONDS - t0)) s"

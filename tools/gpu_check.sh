@@ -14,9 +14,8 @@ timeout 240 python3 -m jax_causal_conv.bench gpu docs/benchmarks.md > "$OUT/benc
 echo "bench: exit $? after $((SECONDS - t0)) s"; cp docs/benchmarks.md "$OUT/"
 grep -E "\| ours|decode B|scan" "$OUT/bench.log" | head -20
 T=${TEST_TIMEOUT:-280}
-( timeout $T python3 -m pytest -q tests/test_gpu.py -k "small_forward_backward and (float32 or float16)" > "$OUT/test_gpu_1.log" 2>&1 &
-  timeout $T python3 -m pytest -q tests/test_gpu.py -k "small_forward_backward and bfloat16" > "$OUT/test_gpu_2.log" 2>&1 &
-  timeout $T python3 -m pytest -q tests/test_gpu.py -k "not small_forward_backward" > "$OUT/test_gpu_3.log" 2>&1 &
+source tools/gpu_test_parts.sh
+( gpu_test_parts $T
   timeout $T python3 -m pytest -q tests/test_torch.py -k "cuda or gpu" > "$OUT/test_torch.log" 2>&1 &
   timeout $T python3 -m pytest -q tests/test_scale.py > "$OUT/test_scale.log" 2>&1 &
   for tool in memcheck initcheck synccheck; do
