@@ -149,20 +149,18 @@ class _Backend:
             return self._guard.__exit__(*exc)
         return False
 
-    def kw(self):
-        if self.cuda:
-            return {"stream": torch.cuda.current_stream(self.device).cuda_stream}
-        return {}
-
     def run(self, fn, *args, with_stream=True, **kwargs):
         """The module's fn on (args, kwargs), tensors passed as DLPack
         capsules: `to_dlpack` costs ~0.4 us a tensor where `__dlpack__`
         (what nanobind calls on a tensor) costs ~3 us, and the kernels run on
-        torch's current stream, so no stream handshake is needed."""
+        torch's current stream (passed on CUDA unless with_stream is False),
+        so no stream handshake is needed."""
         def conv(a):  # (DLPack refuses tensors that require grad)
             return to_dlpack(a.detach()) if isinstance(a, Tensor) else a
         kwargs = {k: conv(v) for k, v in kwargs.items()}
-        return getattr(self.mod, fn)(*map(conv, args), **kwargs, **(self.kw() if with_stream else {}))
+        if self.cuda and with_stream:
+            kwargs["stream"] = torch.cuda.current_stream(self.device).cuda_stream
+        return getattr(self.mod, fn)(*map(conv, args), **kwargs)
 
 
 # --- custom ops ------------------------------------------------------------------
@@ -197,6 +195,8 @@ def _call(op, *args, mutated=None):
     if mutated is not None:
         torch.autograd.graph.increment_version(mutated)
     return out
+
+
 # Their tensors already have the layouts the flags name (the public wrappers
 # make sure of it); the impls re-densify defensively, which costs nothing when
 # the layout is right.
