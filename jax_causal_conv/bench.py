@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import re
 import statistics
 import sys
@@ -33,22 +34,46 @@ def _block(out):
     jax.tree.map(lambda a: a.block_until_ready(), out)
 
 
-def timeit(f, *args, reps=50, warmup=5, inner=1, calls=1):
+def _sample(f, args, calls):
+    """Seconds to dispatch f(*args) `calls` times back to back and wait for the last."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        out = f(*args)
+    _block(out)
+    return time.perf_counter() - t0
+
+
+def timeit(f, *args, reps=50, warmup=5, inner=1, calls=1, min_sample_s=0.0):
     """Median seconds per call of f (already jitted); inner = calls per f.
 
     Each sample dispatches f `calls` times back to back (asynchronously) and
     waits for the last, so host dispatch and synchronisation are amortised.
+    With min_sample_s, `calls` grows until a sample lasts that long: a
+    sample's first dispatch and final wait (a few hundred us on a GPU) are
+    then a small share of it, for every impl alike.
     """
     for _ in range(warmup):
         _block(f(*args))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            out = f(*args)
-        _block(out)
-        ts.append(time.perf_counter() - t0)
+    if min_sample_s > 0:
+        t = _sample(f, args, calls)
+        calls = max(calls, math.ceil(calls * min_sample_s / max(t, 1e-9)))
+    ts = [_sample(f, args, calls) for _ in range(reps)]
     return statistics.median(ts) / (inner * calls)
+
+
+def timeit_pair(f, g, args, reps=25, warmup=3, calls=1):
+    """Median seconds per call of f and of g, and the median of their
+    difference, from samples taken in alternation (f, g, f, g, ...), so that
+    drift in host speed over the run falls on both alike."""
+    for _ in range(warmup):
+        _block(f(*args))
+        _block(g(*args))
+    tf, tg = [], []
+    for _ in range(reps):
+        tf.append(_sample(f, args, calls) / calls)
+        tg.append(_sample(g, args, calls) / calls)
+    return (statistics.median(tf), statistics.median(tg),
+            statistics.median([a - b for a, b in zip(tf, tg)]))
 
 
 def looped(fn, n):
@@ -143,21 +168,19 @@ def bench_conv(platform, W=4, log=print):
         # Small shapes: one program of n independent calls on n inputs
         # (batched). Large: `calls` back-to-back asynchronous dispatches per
         # sample.
+        # (and on the GPU, samples of at least 20 ms: see timeit)
         n = 16 if (gpu and small) else 1
-        calls = 10 if gpu else 1
+        calls = 4 if gpu else 1
         reps = 20 if gpu else 5
-        if n > 1:
-            xin = tuple(x * (1 + i / n) for i in range(n))
-            wrap, cf = batched, 4
-        else:
-            xin, wrap, cf = x, jax.jit, calls
-        t_copy = timeit(wrap(lambda x, *_: -x), xin, reps=reps, inner=n, calls=cf)
+        span = dict(reps=reps, calls=calls, min_sample_s=0.02 if gpu else 0.0)
+        xin, wrap = (tuple(x * (1 + i / n) for i in range(n)), batched) if n > 1 else (x, jax.jit)
+        t_copy = timeit(wrap(lambda x, *_: -x), xin, inner=n, **span)
         name = f"({B},{D},{L}) {jnp.dtype(dt).name}{' CL' if cl else ''}"
         for impl, fn in _impls(cl).items():
             try:
-                t_f = timeit(wrap(fn), xin, w, b, reps=reps, inner=n, calls=cf)
+                t_f = timeit(wrap(fn), xin, w, b, inner=n, **span)
                 bwd = jax.jit(_grad(fn))
-                t_b = timeit(bwd, x, w, b, g, reps=reps, calls=calls)
+                t_b = timeit(bwd, x, w, b, g, **span)
             except Exception as e:  # a baseline that does not run here
                 log(f"{name} {impl}: {type(e).__name__}: {e}")
                 continue
@@ -249,7 +272,8 @@ def bench_decode(platform, layers=32, W=4, log=print):
                               ("XLA negate, same bytes (yardstick)", "negate")):
             run = decode_stepper(layers, backend,
                                  [jnp.asarray(rng.standard_normal((B, D, W - 1)), dt) for _ in range(layers)])
-            t_async = timeit(run, x, ws, bs, reps=15, calls=20)
+            t_async = timeit(run, x, ws, bs, reps=15, calls=20,
+                             min_sample_s=0.02 if platform == "gpu" else 0.0)
             t_sync = timeit(run, x, ws, bs, reps=50)
             t_dev = device_busy_us(run, x, ws, bs) if platform == "gpu" else float("nan")
             rows.append(dict(what=f"{layers}-layer step, B={B} D={D}", impl=impl,
@@ -273,12 +297,14 @@ def bench_decode(platform, layers=32, W=4, log=print):
         return s, y
 
     # XLA deletes a loop whose body does nothing; the barrier keeps the loop
-    # (and its per-step cost) with no work in the body.
-    t_o = timeit(scan_of(ours), s0, xs, reps=20)
-    t_e = timeit(scan_of(lambda s, x: lax.optimization_barrier((s, x))), s0, xs, reps=20)
+    # (and its per-step cost) with no work in the body. Both loops are
+    # host-driven, so they are timed in alternation (timeit_pair).
+    t_o, t_e, t_add = timeit_pair(scan_of(ours), scan_of(lambda s, x: lax.optimization_barrier((s, x))),
+                                  (s0, xs), reps=25, calls=3)
     scan = dict(what=f"lax.scan of {steps} one-token steps, B={B} D={D}",
-                ours_us=t_o * 1e6 / steps, empty_us=t_e * 1e6 / steps)
-    log(f"scan: {scan['ours_us']:.2f} us/step, empty body {scan['empty_us']:.2f} us/step")
+                ours_us=t_o * 1e6 / steps, empty_us=t_e * 1e6 / steps, adds_us=t_add * 1e6 / steps)
+    log(f"scan: {scan['ours_us']:.2f} us/step, empty body {scan['empty_us']:.2f} us/step, "
+        f"adds {scan['adds_us']:.2f}")
     return rows, scan
 
 
@@ -304,8 +330,10 @@ def _markdown(platform, conv, decode, torch_rows=()):
            "(each byte of x read and written once); 'of copy bw' = copy time / forward time. "
            "fwd+bwd is `jax.grad` of `sum(y * g)` w.r.t. x, weight, bias (the value of y "
            "is not needed, so XLA drops the forward, for every impl alike). Width 4. "
-           + ("Shapes under 64 MiB: 16 independent calls on 16 inputs in one jitted "
-              "program, several programs back to back, time per call. "
+           + ("Each sample dispatches calls back to back for at least 20 ms, then waits "
+              "(the first dispatch and the final wait are then a small share of it). "
+              "Shapes under 64 MiB: 16 independent calls on 16 inputs in one jitted "
+              "program, time per call. "
               if platform == "gpu" else ""), "",
            "'ours faster' = that row's time / ours, same shape, same run (fwd / fwd+bwd).", ""]
     out += _table(conv, "ours")
@@ -328,7 +356,8 @@ def _markdown(platform, conv, decode, torch_rows=()):
                    f"{r['dev_us']:.2f} |")
     out += ["", f"{scan['what']}: ours {scan['ours_us']:.2f} us per step; the same scan with "
             f"an empty body (kept by `lax.optimization_barrier`) {scan['empty_us']:.2f} us; "
-            f"ours adds {scan['ours_us'] - scan['empty_us']:.2f} us per step."]
+            f"ours adds {scan['adds_us']:.2f} us per step (median of the differences of "
+            f"25 alternating samples, 3 scans each)."]
     return "\n".join(out) + "\n"
 
 
