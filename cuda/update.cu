@@ -2,6 +2,7 @@
 // and the extraction of per-sequence states from a packed prefill.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common.cuh"
 #include "launchers.h"
@@ -103,49 +104,55 @@ __global__ void UpdateKernel(const UpdateArgs u) {
 }
 
 // The decode hot path: one new token, state_len == W - 1 (2 <= W <= 4),
-// dim a multiple of 8, 16-byte aligned buffers. Each thread owns 8
+// dim a multiple of 4, 16-byte aligned buffers. Each thread owns C = 4 or 8
 // consecutive channels and a run of batch rows, so x, y and the state rows
-// move in 16-byte words (8 channels x H entries are contiguous). What made it
+// move in whole words (C channels x H entries are contiguous). What made it
 // faster, measured on an H100 (cuda/NOTES.md): the state moving as warp-wide
 // coalesced words through shared memory, marked streaming (it is not read
 // again until the next step), 32-bit index math, and, when the batch is
 // larger than the GPU holds at once, several rows per thread with the next
 // row's loads in flight while the current one is computed.
-constexpr int kVecChannels = 8;
 constexpr int kUpdateThreads = 128;
 
+// The widest word (16, 8 or 4 bytes) that divides kBytes.
+template <int kBytes>
+using WordOf = std::conditional_t<kBytes % 16 == 0, uint4, std::conditional_t<kBytes % 8 == 0, uint2, uint32_t>>;
+
 template <typename T, int kBytes>
-struct RawVec {  // kBytes of T in 16-byte words
-  static_assert(kBytes % 16 == 0, "whole 16-byte words");
-  static constexpr int kWords = kBytes / 16;
-  uint4 w[kWords];
+struct RawVec {  // kBytes of T in the widest whole words
+  using Word = WordOf<kBytes>;
+  static_assert(kBytes % 4 == 0, "whole 4-byte words");
+  static constexpr int kWords = kBytes / int(sizeof(Word));
+  Word w[kWords];
   __device__ __forceinline__ void Load(const T* p) {
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
+    for (int i = 0; i < kWords; ++i) w[i] = __ldg(reinterpret_cast<const Word*>(p) + i);
   }
   __device__ __forceinline__ void Zero() {
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < kWords; ++i) w[i] = Word{};
   }
   __device__ __forceinline__ void Store(T* p) const {
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) reinterpret_cast<uint4*>(p)[i] = w[i];
+    for (int i = 0; i < kWords; ++i) reinterpret_cast<Word*>(p)[i] = w[i];
   }
   __device__ __forceinline__ T& operator[](int j) { return reinterpret_cast<T*>(w)[j]; }
   __device__ __forceinline__ T operator[](int j) const { return reinterpret_cast<const T*>(w)[j]; }
 };
 
-// n consecutive elements from element `first` of a run-time-dtype array
-// (16-byte aligned there), as floats: raw 16-byte loads, then one switch.
+// n consecutive elements from element `first` (a multiple of n) of a
+// run-time-dtype array, as floats: raw word loads, then one switch. The word
+// divides n 2-byte elements, so `first` is aligned to it for any dtype.
 template <int n>
 __device__ __forceinline__ void LoadRowF(const void* base, DType t, int64_t first, float* out) {
-  constexpr int kWords = (n * 4 + 15) / 16;  // enough for float32; fewer used for 2-byte types
-  uint4 raw[kWords];
+  using Word = WordOf<n * 2>;
+  constexpr int kWords = n * 4 / int(sizeof(Word));  // enough for float32; half used for 2-byte types
+  Word raw[kWords];
   const int bytes = t == DType::kF32 ? 4 : 2;
-  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(base) + first * bytes);
+  const Word* p = reinterpret_cast<const Word*>(static_cast<const char*>(base) + first * bytes);
 #pragma unroll
   for (int i = 0; i < kWords; ++i)
-    if (i * 16 < n * bytes) raw[i] = __ldg(p + i);
+    if (i * int(sizeof(Word)) < n * bytes) raw[i] = __ldg(p + i);
   switch (t) {
     case DType::kF32:
 #pragma unroll
@@ -173,9 +180,9 @@ struct UpdatePlan {
 };
 
 // One batch row's share of a thread: its loads, issued before they are used.
-template <typename T, int kW>
+template <typename T, int kW, int C>
 struct UpdateRow {
-  static constexpr int C = kVecChannels, H = kW - 1;
+  static constexpr int H = kW - 1;
   RawVec<T, C * sizeof(T)> x;
   RawVec<T, C * H * sizeof(T)> s;  // this thread's words, or (staged) word q * 32 + lane
   T* st;
@@ -189,7 +196,8 @@ struct UpdateRow {
     x.Load(static_cast<const T*>(u.x) + int64_t(b) * u.dim + d0);
     head = u.cache_seqlens ? int(((int64_t(u.cache_seqlens[b]) % H) + H) % H) : 0;
     // Streaming loads: the state is not read again before the next step.
-    const uint4* src = reinterpret_cast<const uint4*>(staged ? st - lane * C * H : st);
+    using Word = typename decltype(s)::Word;
+    const Word* src = reinterpret_cast<const Word*>(staged ? st - lane * C * H : st);
     if (!live) s.Zero();
     else
 #pragma unroll
@@ -197,13 +205,13 @@ struct UpdateRow {
   }
 };
 
-// y and the new state rows of 8 channels.
-template <typename T, int kW, bool kCircular>
-__device__ __forceinline__ void UpdateChannels(const UpdateRow<T, kW>& r, const float (&w)[kVecChannels][kW],
-                                               const float (&bias)[kVecChannels], bool silu,
-                                               RawVec<T, kVecChannels * sizeof(T)>& yv,
-                                               RawVec<T, kVecChannels * (kW - 1) * sizeof(T)>& out) {
-  constexpr int C = kVecChannels, H = kW - 1;
+// y and the new state rows of C channels.
+template <typename T, int kW, int C, bool kCircular>
+__device__ __forceinline__ void UpdateChannels(const UpdateRow<T, kW, C>& r, const float (&w)[C][kW],
+                                               const float (&bias)[C], bool silu,
+                                               RawVec<T, C * sizeof(T)>& yv,
+                                               RawVec<T, C * (kW - 1) * sizeof(T)>& out) {
+  constexpr int H = kW - 1;
 #pragma unroll
   for (int c = 0; c < C; ++c) {
     float row[H];
@@ -238,26 +246,27 @@ __device__ __forceinline__ void UpdateChannels(const UpdateRow<T, kW>& r, const 
 }
 
 // (4 blocks per SM for 2-byte types; float32 would spill there)
-template <typename T, int kW>
+template <typename T, int kW, int C>
 __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
     UpdateVecKernel(const UpdateArgs u, const UpdatePlan p) {
-  constexpr int C = kVecChannels, H = kW - 1;
-  using Row = UpdateRow<T, kW>;
+  constexpr int H = kW - 1;
+  using Row = UpdateRow<T, kW, C>;
+  using Word = typename decltype(Row::s)::Word;
   constexpr int kWords = decltype(Row::s)::kWords;
   // A warp's 32 x kWords state words: loaded and stored by word (coalesced),
   // used by thread. Each lane writes only the slots it read, so one
   // __syncwarp per change of direction suffices.
-  __shared__ uint4 stage[kUpdateThreads / 32][32 * kWords];
+  __shared__ Word stage[kUpdateThreads / 32][32 * kWords];
   const int t = blockIdx.x * kUpdateThreads + threadIdx.x;
   if (t >= p.row_groups * p.chunks) return;  // whole warps when staged
   const int lane = threadIdx.x & 31;
   const int rg = t / p.chunks, d0 = (t - rg * p.chunks) * C;
   const int b0 = rg * p.rows, b1 = min(int(u.batch), b0 + p.rows);
-  uint4* buf = stage[threadIdx.x >> 5];
+  Word* buf = stage[threadIdx.x >> 5];
   const bool silu = u.act == Activation::kSilu;
 
   float w[C][kW], bias[C];
-  auto load_weights = [&](int g) {  // the taps and biases of these 8 channels in weight group g
+  auto load_weights = [&](int g) {  // the taps and biases of these C channels in weight group g
     const int64_t wrow = int64_t(g) * u.dim + d0;
     LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
     if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
@@ -275,20 +284,20 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
     }
     RawVec<T, C * sizeof(T)> yv;
     RawVec<T, C * H * sizeof(T)> out;  // the new state rows
-    if (u.cache_seqlens) UpdateChannels<T, kW, true>(r, w, bias, silu, yv, out);
-    else UpdateChannels<T, kW, false>(r, w, bias, silu, yv, out);
+    if (u.cache_seqlens) UpdateChannels<T, kW, C, true>(r, w, bias, silu, yv, out);
+    else UpdateChannels<T, kW, C, false>(r, w, bias, silu, yv, out);
     yv.Store(static_cast<T*>(u.y) + int64_t(b) * u.dim + d0);
     if (!r.live) return;
     if (p.staged) {  // back to word order, then coalesced streaming stores
 #pragma unroll
       for (int q = 0; q < kWords; ++q) buf[lane * kWords + q] = out.w[q];
       __syncwarp();
-      uint4* dst = reinterpret_cast<uint4*>(r.st - lane * C * H);
+      Word* dst = reinterpret_cast<Word*>(r.st - lane * C * H);
 #pragma unroll
       for (int q = 0; q < kWords; ++q) __stcs(dst + q * 32 + lane, buf[q * 32 + lane]);
     } else {
 #pragma unroll
-      for (int q = 0; q < kWords; ++q) __stcs(reinterpret_cast<uint4*>(r.st) + q, out.w[q]);
+      for (int q = 0; q < kWords; ++q) __stcs(reinterpret_cast<Word*>(r.st) + q, out.w[q]);
     }
   };
 
@@ -312,45 +321,66 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
 
 bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Rows per thread: one, unless the (batch, dim / 8) grid is larger than
-// the GPU holds at once; then as many as spread the rows evenly over it.
-template <typename T, int kW>
-cudaError_t LaunchUpdateVec(const UpdateArgs& u, cudaStream_t stream) {
-  auto* kernel = UpdateVecKernel<T, kW>;
-  static const int blocks_per_sm = [&] {
-    int n = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kUpdateThreads, 0) == cudaSuccess ? n : 1;
+// Threads of UpdateVecKernel<T, kW, C> the GPU holds at once.
+template <typename T, int kW, int C>
+cudaError_t ResidentThreads(int64_t* n) {
+  static const int blocks_per_sm = [] {
+    int b = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, UpdateVecKernel<T, kW, C>, kUpdateThreads, 0) ==
+                   cudaSuccess
+               ? b
+               : 1;
   }();
   int device = 0, sms = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return err;
+  *n = int64_t(std::max(sms, 1)) * std::max(blocks_per_sm, 1) * kUpdateThreads;
+  return err;
+}
+
+// Rows per thread: one, unless the (batch, dim / C) grid is larger than
+// the GPU holds at once; then as many as spread the rows evenly over it.
+template <typename T, int kW, int C>
+cudaError_t LaunchUpdateVec(const UpdateArgs& u, int64_t resident, cudaStream_t stream) {
   UpdatePlan p;
-  p.chunks = int32_t(u.dim / kVecChannels);
+  p.chunks = int32_t(u.dim / C);
   p.staged = p.chunks % 32 == 0;
   p.group_rows = int32_t(u.batch / u.groups);
-  const int64_t resident = int64_t(std::max(sms, 1)) * std::max(blocks_per_sm, 1) * kUpdateThreads;
   p.rows = int32_t(std::max<int64_t>(1, CeilDiv(u.batch * p.chunks, resident)));
   p.row_groups = int32_t(CeilDiv(u.batch, p.rows));
   const unsigned blocks = unsigned(CeilDiv(int64_t(p.row_groups) * p.chunks, kUpdateThreads));
-  kernel<<<blocks, kUpdateThreads, 0, stream>>>(u, p);
+  UpdateVecKernel<T, kW, C><<<blocks, kUpdateThreads, 0, stream>>>(u, p);
   return cudaGetLastError();
+}
+
+// 4 channels per thread while the whole grid is resident at once, one row
+// per thread: twice the warps then share each row's latency (H100, B=64,
+// D=4096: 3.10 against 3.22 us per layer). Past that, 8 channels and several
+// rows per thread (B=256, D=8192: 12.0 against 12.6 us with 4).
+template <typename T, int kW>
+cudaError_t LaunchUpdateVecBest(const UpdateArgs& u, cudaStream_t stream) {
+  int64_t resident = 0;
+  cudaError_t err = ResidentThreads<T, kW, 4>(&resident);
+  if (err != cudaSuccess) return err;
+  if (u.dim % 8 != 0 || u.batch * (u.dim / 4) <= resident) return LaunchUpdateVec<T, kW, 4>(u, resident, stream);
+  if ((err = ResidentThreads<T, kW, 8>(&resident)) != cudaSuccess) return err;
+  return LaunchUpdateVec<T, kW, 8>(u, resident, stream);
 }
 
 template <typename T>
 bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   // (the weights and bias may also be float64 on the CPU only; here they are
-  // float32/float16/bfloat16, whose 8-channel rows are whole 16-byte words)
+  // float32/float16/bfloat16, whose 4-channel rows are whole 8-byte words)
   if (u.seqlen != 1 || u.width < 2 || u.width > 4 || u.state_len != u.width - 1 ||
-      u.dim % kVecChannels != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
+      u.dim % 4 != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
       !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
       u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64 ||
-      u.batch * (u.dim / kVecChannels) + kUpdateThreads > INT32_MAX)  // 32-bit thread indices
+      u.batch * (u.dim / 4) + kUpdateThreads > INT32_MAX)  // 32-bit thread indices
     return false;
   switch (u.width) {
-    case 2: *err = LaunchUpdateVec<T, 2>(u, stream); break;
-    case 3: *err = LaunchUpdateVec<T, 3>(u, stream); break;
-    default: *err = LaunchUpdateVec<T, 4>(u, stream); break;
+    case 2: *err = LaunchUpdateVecBest<T, 2>(u, stream); break;
+    case 3: *err = LaunchUpdateVecBest<T, 3>(u, stream); break;
+    default: *err = LaunchUpdateVecBest<T, 4>(u, stream); break;
   }
   return true;
 }

@@ -162,9 +162,11 @@ def test_small_update(dtype, W, S):
 @pytest.mark.parametrize("W", [2, 3, 4])
 @pytest.mark.parametrize("wdtype", ["float32", "same"])
 def test_small_update_vector_path(dtype, W, wdtype):
-    """One token, state_len = W - 1, dim a multiple of 8: the 8-channel kernel."""
+    """One token, state_len = W - 1, dim a multiple of 4 (not of 8, so rows
+    of x and the state are 8-byte but not 16-byte multiples): the vector
+    kernel, 4 channels per thread."""
     rng = np.random.default_rng(W * 7 + len(dtype))
-    B, D, slots = 6, 48, 9
+    B, D, slots = 6, 52, 9
     dt = DT[dtype]
     wt = dt if wdtype == "same" else jnp.float32
     x = jnp.asarray(rng.standard_normal((B, D)), dt)
@@ -178,11 +180,15 @@ def test_small_update_vector_path(dtype, W, wdtype):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("B, D", [(6, 256), (600, 2048)])
+@pytest.mark.parametrize("B, D", [(6, 256), (600, 2048), (100, 4096), (700, 1028)])
 def test_update_staged_and_multirow(dtype, B, D):
-    """dim / 8 a multiple of 32: each warp moves its state rows through shared
-    memory; (600, 2048) is more threads than an H100/H200 holds at once, so
-    each thread takes several rows, the next one's loads in flight."""
+    """The decode kernel's variants on an H100/H200 (132 SMs): (6, 256), 4
+    channels per thread, and each warp moves its state rows through shared
+    memory (dim / 4 a multiple of 32); (600, 2048), more threads than the GPU
+    holds at once, so 8 channels and several rows per thread, the next row's
+    loads in flight; (100, 4096), too many threads for 4 channels, one row
+    each at 8 (bfloat16); (700, 1028), 4 channels (dim % 8 != 0), several
+    rows per thread, not staged."""
     rng = np.random.default_rng(B + D)
     dt, W, slots = DT[dtype], 4, B + 3
     x = jnp.asarray(rng.standard_normal((B, D)), dt)
