@@ -11,6 +11,7 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
+from jax_causal_conv import _ffi
 from jax_causal_conv.bench import batched, decode_stepper, device_events, timeit, trace_planes
 
 
@@ -42,7 +43,7 @@ def host_summary(title, f, *args, n=10):
                 for e in line.events:
                     by.setdefault(e.name[:70], []).append(e.duration_ns)
     print(f"== host events, {title} ({n} runs): total us per run, count per run")
-    for name, ds in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:14]:
+    for name, ds in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:24]:
         print(f"   {sum(ds)/1e3/n:9.1f} us  {len(ds)/n:6.1f}x  {name}")
 
 
@@ -70,6 +71,13 @@ def main():
                 print(f"decode B={B} D={D} {tag}: per layer {t_sync*1e6/layers:.2f} us (sync each step), "
                       f"{t_async*1e6/layers:.2f} us (20 steps async)")
                 summarize(f"decode B={B} D={D} {tag}, one step", device_events(run, x, ws, bs, n=10), 10)
+                if backend == "ffi":  # handler executions: none when command-buffer replays skip them
+                    c0 = _ffi._jcc_cuda.handler_calls()
+                    for _ in range(20):
+                        y = run(x, ws, bs)
+                    jax.block_until_ready(y)
+                    print(f"   handler executions per step, 20 steps back to back: "
+                          f"{(_ffi._jcc_cuda.handler_calls() - c0) / 20:.1f}")
                 if opts is None and backend == "ffi":
                     host_summary(f"decode B={B} D={D} {tag}", run, x, ws, bs)
             # yardstick: the same bytes through one XLA elementwise pass per layer
@@ -77,6 +85,7 @@ def main():
                                                     for _ in range(layers)])
             summarize(f"decode B={B} D={D} XLA negate of the same bytes, one step",
                       device_events(run, x, ws, bs, n=10), 10)
+            host_summary(f"decode B={B} D={D} XLA negate of the same bytes", run, x, ws, bs)
 
     if "scan" in what:
         B, D, W = 64, 4096, 4
