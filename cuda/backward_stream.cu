@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     if (lane == k) mine = s;
   }
   if (lane <= kW) {
-    const int64_t bpg = DivFast(a.batch, a.groups), grp = DivFast(b, bpg);
+    const int64_t bpg = BatchPerGroupFast(a), grp = DivFast(b, bpg);
     const int64_t nparts = bpg * warps_per_row, partidx = (b - grp * bpg) * warps_per_row + wc.index;
     ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + lane] = mine;
   }

@@ -381,6 +381,9 @@ __host__ __device__ __forceinline__ int64_t DivFast(int64_t n, int64_t d) {
   return n / d;
 }
 
+// a.batch_per_group() by DivFast, for kernels that find it per thread.
+__device__ __forceinline__ int64_t BatchPerGroupFast(const ConvArgs& a) { return DivFast(a.batch, a.groups); }
+
 // Ceil division for launch sizes.
 __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -54,7 +54,7 @@ __device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[N]) {
 template <int kW>
 __device__ __forceinline__ float LoadTaps(const ConvArgs& a, int64_t row, float (&w)[kW]) {
   const int64_t b = DivFast(row, a.dim), d = row - b * a.dim;
-  const int64_t wrow = a.groups == 1 ? d : DivFast(b, DivFast(a.batch, a.groups)) * a.dim + d;
+  const int64_t wrow = a.groups == 1 ? d : DivFast(b, BatchPerGroupFast(a)) * a.dim + d;
 #pragma unroll
   for (int k = 0; k < kW; ++k) w[k] = LoadAnyF(a.weight, a.w_dtype, wrow * kW + k);
   return a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
