@@ -166,9 +166,8 @@ def bench_conv(platform, W=4, log=print):
         small = nbytes < (64 << 20)
         gpu = platform == "gpu"
         # Small shapes: one program of n independent calls on n inputs
-        # (batched). Large: `calls` back-to-back asynchronous dispatches per
-        # sample.
-        # (and on the GPU, samples of at least 20 ms: see timeit)
+        # (batched). Each sample dispatches back to back, on the GPU for at
+        # least 20 ms (see timeit).
         n = 16 if (gpu and small) else 1
         calls = 4 if gpu else 1
         reps = 20 if gpu else 5
