@@ -321,9 +321,9 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
 
 bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Threads of UpdateVecKernel<T, kW, C> the GPU holds at once.
+// Threads of UpdateVecKernel<T, kW, C> a GPU of `sms` SMs holds at once.
 template <typename T, int kW, int C>
-cudaError_t ResidentThreads(int64_t* n) {
+int64_t ResidentThreads(int sms) {
   static const int blocks_per_sm = [] {
     int b = 0;
     return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, UpdateVecKernel<T, kW, C>, kUpdateThreads, 0) ==
@@ -331,11 +331,7 @@ cudaError_t ResidentThreads(int64_t* n) {
                ? b
                : 1;
   }();
-  int device = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  *n = int64_t(std::max(sms, 1)) * std::max(blocks_per_sm, 1) * kUpdateThreads;
-  return err;
+  return int64_t(std::max(sms, 1)) * std::max(blocks_per_sm, 1) * kUpdateThreads;
 }
 
 // Rows per thread: one, unless the (batch, dim / C) grid is larger than
@@ -359,12 +355,13 @@ cudaError_t LaunchUpdateVec(const UpdateArgs& u, int64_t resident, cudaStream_t 
 // rows per thread (B=256, D=8192: 12.0 against 12.6 us with 4).
 template <typename T, int kW>
 cudaError_t LaunchUpdateVecBest(const UpdateArgs& u, cudaStream_t stream) {
-  int64_t resident = 0;
-  cudaError_t err = ResidentThreads<T, kW, 4>(&resident);
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
-  if (u.dim % 8 != 0 || u.batch * (u.dim / 4) <= resident) return LaunchUpdateVec<T, kW, 4>(u, resident, stream);
-  if ((err = ResidentThreads<T, kW, 8>(&resident)) != cudaSuccess) return err;
-  return LaunchUpdateVec<T, kW, 8>(u, resident, stream);
+  const int64_t resident4 = ResidentThreads<T, kW, 4>(sms);
+  if (u.dim % 8 != 0 || u.batch * (u.dim / 4) <= resident4) return LaunchUpdateVec<T, kW, 4>(u, resident4, stream);
+  return LaunchUpdateVec<T, kW, 8>(u, ResidentThreads<T, kW, 8>(sms), stream);
 }
 
 template <typename T>
