@@ -1,7 +1,7 @@
 """How much of the small-shape and scan wall times is the start and end of
 each timed sample rather than the work: (32,512,1024) batched programs timed
 with 4, 16 and 48 programs per sample (alternating), the device span per
-program from the profiler; the 256-step decode scan timed as alternating
+call from the profiler; the 256-step decode scan timed as alternating
 (ours, empty) pairs; scan-variants: the scan's host trace, and XLA options
 that change how its custom call runs. For kernel work, not the recorded
 benchmark.
@@ -16,6 +16,7 @@ from jax import lax
 
 import jax_causal_conv as jcc
 from jax_causal_conv.bench import _block, _sample as sample, batched, device_events, timeit_pair
+from trace_probe import host_summary, summarize  # (tools/ is on the path of the device runs)
 
 rng = np.random.default_rng(0)
 dt = jnp.bfloat16
@@ -56,13 +57,8 @@ if "small" in what:
     for (n, c), ts in times.items():
         print(f"(32,512,1024) {n} batched16, {c:2d} programs/sample: median {statistics.median(ts)*1e6:.2f} "
               f"min {min(ts)*1e6:.2f} us/call")
-    for n, f in fns.items():
-        ev = device_events(f, x16, w1, b1, n=16)
-        if ev:
-            span = (ev[-1][2] - ev[0][1]) / 1e3 / (16 * 16)
-            busy = sum(e - s for _, s, e in ev) / 1e3 / (16 * 16)
-            print(f"(32,512,1024) {n}: device span {span:.2f} us/call, busy {busy:.2f} us/call "
-                  f"over 16 programs")
+    for n, f in fns.items():  # device span and busy time per call, over 16 programs
+        summarize(f"(32,512,1024) {n}, per call", device_events(f, x16, w1, b1, n=16), 16 * 16)
 
 if "scan" in what:
     f_o, f_e = scan_o, scan_e
@@ -76,23 +72,12 @@ if "scan" in what:
         print(f"scan, {calls} scan(s)/sample, 25 alternating pairs: ours {t_o:.2f}, empty {t_e:.2f} us/step, "
               f"paired difference median {t_add:.2f}")
     for n, f in (("ours", f_o), ("empty", f_e)):
-        ev = device_events(f, s0, xs, n=2)
-        if ev:
-            by = {}
-            for name, s, e in ev:
-                by.setdefault(name[:50], []).append(e - s)
-            gaps = [ev[i + 1][1] - ev[i][2] for i in range(len(ev) - 1)]
-            print(f"scan {n} device: {len(ev)/512:.1f} events/step, span "
-                  f"{(ev[-1][2]-ev[0][1])/1e3/512:.2f} us/step, median gap {statistics.median(gaps)/1e3:.2f} us; "
-                  + "; ".join(f"{k} {len(v)/512:.1f}x {statistics.median(v)/1e3:.2f} us"
-                              for k, v in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:5]))
+        summarize(f"scan {n}, per step", device_events(f, s0, xs, n=2), 2 * 256)
 
 if "scan-variants" in what:
     # where the per-step host time of the scan goes, and XLA options that
     # change how the body's custom call is run (probe only: the recorded
     # benchmark uses XLA's defaults)
-    from trace_probe import host_summary
-
     host_summary("scan ours (per 256 steps)", scan_o, s0, xs, n=2)
     host_summary("scan empty (per 256 steps)", scan_e, s0, xs, n=2)
     variants = {"default": None,
