@@ -5,7 +5,6 @@ pre-activation on the fly (a few FMAs per element) instead of storing it."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax

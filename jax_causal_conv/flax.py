@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from .conv import causal_conv1d
