@@ -81,7 +81,7 @@ def main():
                 if opts is None and backend == "ffi":
                     host_summary(f"decode B={B} D={D} {tag}", run, x, ws, bs)
             # yardstick: the same bytes through one XLA elementwise pass per layer
-            run = decode_stepper(layers, "negate", [jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
+            run = decode_stepper(layers, "negate", [jnp.asarray(rng.standard_normal((B, D, W)), dt)
                                                     for _ in range(layers)])
             summarize(f"decode B={B} D={D} XLA negate of the same bytes, one step",
                       device_events(run, x, ws, bs, n=10), 10)
