@@ -46,10 +46,12 @@ for dt, (B, D, L), W, cl in CONFIGS:
         assert np.allclose(a, e, rtol=tol, atol=tol * (1 + np.abs(e).max(initial=0))), (dt, B, D, L, W, cl)
     n += 1
 # decode: the vector kernel (state_len = W - 1, dim % 4 == 0) and the
-# general one, rolling and circular, with a padding row; dim 256: warps
-# staging their state rows in shared memory; (600, 2048): 8 channels and
-# several rows per thread; (400, 1028): 4 channels, several rows per thread
-for B, D, SL in ((3, 48, 3), (3, 36, 5), (3, 256, 3), (600, 2048, 3), (400, 1028, 3)):
+# general one, rolling and circular, with a padding row; (3, 256): 4
+# channels, one row per thread; (100, 4096): 8 channels, one row per thread,
+# warps staging their state rows in shared memory; (600, 2048): 8 channels
+# and several rows per thread, staged; (400, 1028): 4 channels, several rows
+# per thread
+for B, D, SL in ((3, 48, 3), (3, 36, 5), (3, 256, 3), (100, 4096, 3), (600, 2048, 3), (400, 1028, 3)):
     x = jnp.asarray(rng.standard_normal((B, D)), jnp.bfloat16)
     st = jnp.asarray(rng.standard_normal((B + 1, D, SL)), jnp.bfloat16)
     w, b = jnp.asarray(rng.standard_normal((D, 4)), jnp.float32), jnp.asarray(rng.standard_normal((D,)), jnp.float32)

@@ -180,15 +180,17 @@ def test_small_update_vector_path(dtype, W, wdtype):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("B, D", [(6, 256), (600, 2048), (100, 4096), (700, 1028)])
+@pytest.mark.parametrize("B, D", [(6, 256), (600, 2048), (100, 4096), (700, 1028), (4200, 264)])
 def test_update_staged_and_multirow(dtype, B, D):
     """The decode kernel's variants on an H100/H200 (132 SMs): (6, 256), 4
-    channels per thread, and each warp moves its state rows through shared
-    memory (dim / 4 a multiple of 32); (600, 2048), more threads than the GPU
-    holds at once, so 8 channels and several rows per thread, the next row's
-    loads in flight; (100, 4096), too many threads for 4 channels, one row
-    each at 8 (bfloat16); (700, 1028), 4 channels (dim % 8 != 0), several
-    rows per thread, not staged."""
+    channels and one row per thread (4-channel rows are never staged);
+    (600, 2048), more threads than the GPU holds at once, so 8 channels and
+    several rows per thread, the next row's loads in flight, each warp moving
+    its state rows through shared memory (dim / 8 a multiple of 32);
+    (100, 4096), too many threads for 4 channels, one row each at 8
+    (bfloat16); (700, 1028), 4 channels (dim % 8 != 0), several rows per
+    thread; (4200, 264), 8 channels and several rows per thread, not staged
+    (dim / 8 = 33)."""
     rng = np.random.default_rng(B + D)
     dt, W, slots = DT[dtype], 4, B + 3
     x = jnp.asarray(rng.standard_normal((B, D)), dt)
