@@ -11,6 +11,7 @@ import pytest
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 import jax_causal_conv as jcc
 from jax_causal_conv import _ffi
@@ -201,6 +202,39 @@ def test_update_staged_and_multirow(dtype, B, D):
     idx = np.asarray(rng.permutation(slots)[:B], np.int32)
     idx[1::7] = -1  # padding rows, whole warps of them
     check_update_modes(x, st, w, b, dtype, seqlens, jnp.asarray(idx))
+
+
+def test_update_scan_keeps_the_slices_out_of_the_call(monkeypatch):
+    """A small decode step inside lax.scan: XLA does not fold the slice of xs
+    and the write into ys into our custom call (the barriers of
+    _calls._ffi_update; with that fusion the loop body left command buffers
+    and each step cost a host launch), and the scan matches the CPU kernels.
+    Control: without the barriers XLA does form that fusion here."""
+    rng = np.random.default_rng(5)
+    B, D, W, T = 4, 256, 4, 9
+    xs = jnp.asarray(rng.standard_normal((T, B, D)), jnp.bfloat16)
+    st = jnp.asarray(rng.standard_normal((B, D, W - 1)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((D, W)), jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((D,)), jnp.bfloat16)
+
+    def f(st, xs):
+        def body(s, x):
+            y, s = jcc.causal_conv1d_update(x, s, w, b, activation="silu", backend="ffi")
+            return s, y
+        return lax.scan(body, st, xs)
+
+    def slice_fused():
+        hlo = jax.jit(f).lower(jax.device_put(st, GPU), jax.device_put(xs, GPU)).compile().as_text()
+        assert "custom-call" in hlo
+        return "dynamic-slice-fusion" in hlo or "dynamic_slice_fusion" in hlo
+
+    assert not slice_fused()
+    check(f, (st, xs), "bfloat16", "update in scan")
+    from jax_causal_conv import _calls
+    monkeypatch.setattr(_calls, "_NO_SLICE_FUSION_MAX_BYTES", 0)
+    jax.clear_caches()  # trace again, now without the barriers
+    assert slice_fused(), "XLA no longer forms the fusion: the barriers may be obsolete"
+    jax.clear_caches()
 
 
 def test_update_vmap_groups_multirow():
