@@ -26,11 +26,11 @@ source tools/gpu_test_parts.sh
 # racecheck alone: beside the other runs it has crashed (segfault) inside the tool
 timeout $T compute-sanitizer --tool racecheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
   > "$OUT/sanitize_racecheck.log" 2>&1
-# the other tools have crashed there too at times (memcheck, initcheck): run
-# any that did not finish again, alone
-for tool in memcheck initcheck synccheck; do
+# the tools have crashed at times (memcheck and initcheck beside the tests,
+# racecheck even alone): run any that did not finish once more, alone
+for tool in memcheck racecheck initcheck synccheck; do
   grep -q 'PROBE OK' "$OUT/sanitize_$tool.log" && continue
-  echo "compute-sanitizer $tool did not finish beside the tests; again, alone"
+  echo "compute-sanitizer $tool did not finish; again, alone"
   timeout $T compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
     > "$OUT/sanitize_$tool.log" 2>&1
 done
