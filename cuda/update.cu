@@ -115,6 +115,11 @@ __global__ void UpdateKernel(const UpdateArgs u) {
 // the next row's loads in flight while the current one is computed.
 constexpr int kUpdateThreads = 128;
 
+// Whether rows of C channels may go through shared memory: it pays for
+// 8-channel rows (48-byte state rows for 2-byte types), not for 4-channel ones
+// (H100, B=64, D=4096: 3.07 us unstaged against 3.11).
+__host__ __device__ constexpr bool StagesRows(int C) { return C == 8; }
+
 // The widest word (16, 8 or 4 bytes) that divides kBytes.
 template <int kBytes>
 using WordOf = std::conditional_t<kBytes % 16 == 0, uint4, std::conditional_t<kBytes % 8 == 0, uint2, uint32_t>>;
@@ -178,7 +183,7 @@ struct UpdatePlan {
   int32_t row_groups = 0;   // ceil(batch / rows)
   int32_t rows = 1;         // batch rows per thread
   int32_t group_rows = 1;   // batch / groups: rows sharing one weight row
-  bool staged = false;      // each warp's state rows are contiguous and go through shared memory
+  bool staged = false;      // each warp's state rows are contiguous and go through shared memory (StagesRows)
 };
 
 // One batch row's share of a thread: its loads, issued before they are used.
@@ -265,6 +270,7 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
   const int rg = t / p.chunks, d0 = (t - rg * p.chunks) * C;
   const int b0 = rg * p.rows, b1 = min(int(u.batch), b0 + p.rows);
   Word* buf = stage[threadIdx.x >> 5];
+  const bool staged = StagesRows(C) && p.staged;  // so unstaged widths compile without it
   const bool silu = u.act == Activation::kSilu;
 
   float w[C][kW], bias[C];
@@ -277,7 +283,7 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
       for (int c = 0; c < C; ++c) bias[c] = 0.f;
   };
   auto finish = [&](Row& r, int b) {  // everything after the loads of row b
-    if (p.staged && r.live) {  // word q * 32 + lane -> this thread's words
+    if (staged && r.live) {  // word q * 32 + lane -> this thread's words
 #pragma unroll
       for (int q = 0; q < kWords; ++q) buf[q * 32 + lane] = r.s.w[q];
       __syncwarp();
@@ -290,7 +296,7 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
     else UpdateChannels<T, kW, C, false>(r, w, bias, silu, yv, out);
     yv.Store(static_cast<T*>(u.y) + int64_t(b) * u.dim + d0);
     if (!r.live) return;
-    if (p.staged) {  // back to word order, then coalesced streaming stores
+    if (staged) {  // back to word order, then coalesced streaming stores
 #pragma unroll
       for (int q = 0; q < kWords; ++q) buf[lane * kWords + q] = out.w[q];
       __syncwarp();
@@ -304,7 +310,7 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
   };
 
   Row cur;
-  cur.Load(u, b0, d0, lane, p.staged);
+  cur.Load(u, b0, d0, lane, staged);
   if (p.rows == 1) {  // straight line: the latency-bound small batch
     load_weights(b0 / p.group_rows);
     finish(cur, b0);
@@ -313,7 +319,7 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
   Row next;
   int wgroup = -1;
   for (int b = b0; b < b1; ++b) {
-    if (b + 1 < b1) next.Load(u, b + 1, d0, lane, p.staged);
+    if (b + 1 < b1) next.Load(u, b + 1, d0, lane, staged);
     const int g = b / p.group_rows;
     if (g != wgroup) load_weights(wgroup = g);
     finish(cur, b);
@@ -342,9 +348,7 @@ template <typename T, int kW, int C>
 cudaError_t LaunchUpdateVec(const UpdateArgs& u, int64_t resident, cudaStream_t stream) {
   UpdatePlan p;
   p.chunks = int32_t(u.dim / C);
-  // Staging pays for 8-channel rows (48-byte state rows for 2-byte types),
-  // not for 4-channel ones (H100, B=64, D=4096: 3.07 us unstaged against 3.11).
-  p.staged = C == 8 && p.chunks % 32 == 0;
+  p.staged = StagesRows(C) && p.chunks % 32 == 0;
   p.group_rows = int32_t(u.batch / u.groups);
   p.rows = int32_t(std::max<int64_t>(1, CeilDiv(u.batch * p.chunks, resident)));
   p.row_groups = int32_t(CeilDiv(u.batch, p.rows));
