@@ -18,6 +18,7 @@ NB_MODULE(_jcc_cpu, m) {
   m.def("backward_workspace_bytes", &jcc::BackwardWorkspaceBytes, nb::arg("batch"),
         nb::arg("dim"), nb::arg("len"), nb::arg("width"),
         "Bytes of the backward's workspace result (see csrc/problem.h).");
+  m.def("target_names", &jcc::TargetNames, "{role: versioned FFI target name}.");
   m.attr("max_width") = jcc::kMaxWidth;
   RegisterDlpackCpu(m);
 }

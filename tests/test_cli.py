@@ -71,10 +71,10 @@ def test_info_subprocess(tmp_path):
 def test_bench_command(tmp_path, monkeypatch, capsys):
     import importlib
     try:
-        importlib.import_module("jax_causal_conv.bench")
+        importlib.import_module("benchmarks.bench")
     except ModuleNotFoundError:
         assert main(["bench", "--out", str(tmp_path / "b.md")]) == 2
-        assert "jax_causal_conv.bench is not available" in capsys.readouterr().err
+        assert "benchmarks.bench" in capsys.readouterr().err
     else:
         try:
             import matplotlib  # noqa: F401

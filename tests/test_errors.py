@@ -130,7 +130,7 @@ def test_errors_raise_at_trace_time_under_jit():
 FFI_CHILD = textwrap.dedent("""
     import numpy as np, jax, jax.numpy as jnp
     import jax_causal_conv as jcc
-    from jax_causal_conv import _ffi
+    from jax_causal_conv._lowering import targets as _ffi
     f32, i32 = jnp.float32, jnp.int32
     ph, phi = jnp.zeros((0,), f32), jnp.zeros((0,), i32)
     A = dict(activation=np.int64(0), mode=np.int64(0), channels_last=np.bool_(False),

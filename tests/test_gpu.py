@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv import _ffi
+from jax_causal_conv._lowering import targets as _ffi
 
 try:
     GPU = jax.devices("gpu")[0]
@@ -230,8 +230,8 @@ def test_update_scan_keeps_the_slices_out_of_the_call(monkeypatch):
 
     assert not slice_fused()
     check(f, (st, xs), "bfloat16", "update in scan")
-    from jax_causal_conv import _calls
-    monkeypatch.setattr(_calls, "_NO_SLICE_FUSION_MAX_BYTES", 0)
+    from jax_causal_conv._lowering import ffi_calls as _calls
+    monkeypatch.setattr(_calls, "NO_SLICE_FUSION_MAX_BYTES", 0)
     jax.clear_caches()  # trace again, now without the barriers
     assert slice_fused(), "XLA no longer forms the fusion: the barriers may be obsolete"
     jax.clear_caches()
@@ -329,7 +329,7 @@ def test_small_empty():
 CMD_BUFFER_CHILD = """
 import jax, jax.numpy as jnp, numpy as np
 import jax_causal_conv as jcc
-from jax_causal_conv import _ffi
+from jax_causal_conv._lowering import targets as _ffi
 
 gpu, cpu = jax.devices("gpu")[0], jax.devices("cpu")[0]
 rng = np.random.default_rng(0)

@@ -4,7 +4,7 @@
 # GPU). Logs in $OUT.   tools/dev_check.sh "python3 tools/x.py" ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD:$PWD/tools XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 t0=$SECONDS
 bash tools/device_build.sh || exit 1

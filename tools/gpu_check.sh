@@ -6,11 +6,11 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$PWD/src:$PWD
 t0=$SECONDS
 bash tools/device_build.sh || exit 1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-timeout 300 python3 -m jax_causal_conv.bench gpu docs/benchmarks.md > "$OUT/bench.log" 2>&1
+timeout 300 python3 -m benchmarks.bench gpu docs/benchmarks.md > "$OUT/bench.log" 2>&1
 echo "bench: exit $? after $((SECONDS - t0)) s"; cp docs/benchmarks.md "$OUT/"
 grep -E "\| ours|decode B|scan" "$OUT/bench.log" | head -20
 T=${TEST_TIMEOUT:-280}

@@ -10,7 +10,7 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import timeit_pair
+from benchmarks.bench import timeit_pair
 
 rng = np.random.default_rng(0)
 dt, W = jnp.bfloat16, 4

@@ -10,25 +10,26 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from . import _calls as K
 from . import _validate as V
 from . import reference
+from ._lowering import batching
+from ._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _conv(cfg, x, w, b, res, seq_idx, cu, init):
-    return K.forward(cfg, x, w, b, res, seq_idx, cu, init)
+    return batching.forward(cfg, x, w, b, res, seq_idx, cu, init)
 
 
 def _conv_fwd(cfg, x, w, b, res, seq_idx, cu, init):
-    out = K.forward(cfg, x, w, b, res, seq_idx, cu, init)
+    out = batching.forward(cfg, x, w, b, res, seq_idx, cu, init)
     return out, (x, w, b, res is not None, seq_idx, cu, init)
 
 
 def _conv_bwd(cfg, saved, cts):
     x, w, b, has_res, seq_idx, cu, init = saved
     dy, dfin = cts
-    dx, dw, db, dinit = K.backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin)
+    dx, dw, db, dinit = batching.backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin)
     return dx, dw, db, (dy if has_res else None), None, None, dinit
 
 
@@ -64,7 +65,7 @@ def causal_conv1d(x, weight, bias=None, *, activation=None, residual=None, seq_i
             initial_states=initial_states, return_final_states=return_final_states,
             channels_last=channels_last)
     x = jnp.asarray(x)
-    cfg = K.ConvConfig(activation=act, mode=K.ROWS if seq_idx is None else K.SEQ_IDX,
+    cfg = ConvConfig(activation=act, mode=ROWS if seq_idx is None else SEQ_IDX,
                        channels_last=bool(channels_last), states_channels_last=bool(channels_last),
                        want_final=bool(return_final_states), backend=backend)
     y, fin = _conv(cfg, x, jnp.asarray(weight)[None], None if bias is None else jnp.asarray(bias)[None],
@@ -87,7 +88,7 @@ def causal_conv1d_varlen(x, weight, bias=None, *, cu_seqlens, activation=None,
             x, weight, bias, cu_seqlens=cu_seqlens, activation=act,
             initial_states=initial_states, return_final_states=return_final_states)
     x = jnp.asarray(x)
-    cfg = K.ConvConfig(activation=act, mode=K.VARLEN, channels_last=True,
+    cfg = ConvConfig(activation=act, mode=VARLEN, channels_last=True,
                        states_channels_last=False, want_final=bool(return_final_states),
                        backend=backend)
     y, fin = _conv(cfg, x[None], jnp.asarray(weight)[None],

@@ -10,8 +10,8 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import decode_stepper, timeit, timeit_pair
-from trace_probe import host_summary
+from benchmarks.bench import decode_stepper, timeit, timeit_pair
+from benchmarks.probes.trace_probe import host_summary
 
 rng = np.random.default_rng(0)
 dt, W, L, B, D = jnp.bfloat16, 4, 32, 64, 4096

@@ -399,7 +399,7 @@ def run_benchmarks(platform, out_md_path):
     with jax.default_device(jax.devices(platform)[0]):
         conv = bench_conv(platform)
         decode = bench_decode(platform)
-    from .bench_torch import torch_benchmarks  # [] without torch
+    from benchmarks.bench_torch import torch_benchmarks  # [] without torch
     torch_rows = torch_benchmarks("cuda" if platform == "gpu" else "cpu")
     text = _markdown(platform, conv, decode, torch_rows)
     write_section(out_md_path, platform, text)

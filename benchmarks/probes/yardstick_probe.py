@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_causal_conv.bench import decode_stepper, device_busy_us, device_events
-from trace_probe import summarize
+from benchmarks.bench import decode_stepper, device_busy_us, device_events
+from benchmarks.probes.trace_probe import summarize
 
 rng = np.random.default_rng(0)
 dt, W, L = jnp.bfloat16, 4, 32

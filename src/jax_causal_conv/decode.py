@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 
-from . import _calls as K
 from . import _validate as V
 from . import reference
+from ._lowering import batching
+from ._lowering.config import UpdateConfig
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
@@ -33,7 +33,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     x, conv_state = jnp.asarray(x), jnp.asarray(conv_state)
     single = x.ndim == 2
     x3 = x[..., None] if single else x
-    cfg = K.UpdateConfig(activation=act, backend=backend)
+    cfg = UpdateConfig(activation=act, backend=backend)
     y, new_state = _update(
         cfg, x3, conv_state.astype(x.dtype), jnp.asarray(weight)[None],
         None if bias is None else jnp.asarray(bias)[None],
@@ -54,5 +54,5 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len, *, backend="auto"):
 
 
 # Cached per config and shapes, so eager calls do not re-trace (inlined under jit).
-_update = jax.jit(K.update, static_argnums=0)
-_varlen_states = jax.jit(K.varlen_states, static_argnums=(2, 3))
+_update = jax.jit(batching.update, static_argnums=0)
+_varlen_states = jax.jit(batching.varlen_states, static_argnums=(2, 3))

@@ -3,12 +3,11 @@
     import jax_causal_conv as jcc
     y = jcc.causal_conv1d(x, weight, bias, activation="silu")
 
-See SPEC.md for the contract every backend follows.
+docs/semantics.md is the contract every backend follows.
 """
 
 from . import reference
-from ._ffi import PLATFORMS, TARGETS, disabled_safety_checks
-from ._validate import MAX_WIDTH
+from ._lowering.targets import MAX_WIDTH, PLATFORMS, TARGETS, disabled_safety_checks
 from .conv import causal_conv1d, causal_conv1d_varlen
 from .decode import causal_conv1d_update, causal_conv1d_varlen_states
 

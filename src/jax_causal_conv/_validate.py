@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-MAX_WIDTH = 256  # the C++ kernels' kMaxWidth (csrc/problem.h)
+from ._lowering.targets import MAX_WIDTH
+
 FLOAT_DTYPES = (jnp.float32, jnp.float16, jnp.bfloat16, jnp.float64)
 _ACTIVATIONS = {None: None, "silu": "silu", "swish": "silu"}
 

@@ -11,8 +11,8 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv import _ffi
-from jax_causal_conv.bench import batched, decode_stepper, device_events, timeit, trace_planes
+from jax_causal_conv._lowering import targets as _ffi
+from benchmarks.bench import batched, decode_stepper, device_events, timeit, trace_planes
 
 
 def summarize(title, ev, steps):

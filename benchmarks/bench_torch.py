@@ -52,8 +52,8 @@ def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
     if device == "cuda" and not torch.cuda.is_available():
         log("torch benchmarks skipped: no CUDA device")
         return []
-    from . import torch as jt
-    from .bench import add_row
+    import jax_causal_conv.torch as jt
+    from benchmarks.bench import add_row
 
     def ours(x, w, b):
         return jt.causal_conv1d_fn(x, w, b)

@@ -15,8 +15,8 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import _block, _sample as sample, batched, device_events, timeit_pair
-from trace_probe import host_summary, summarize  # (tools/ is on the path of the device runs)
+from benchmarks.bench import _block, _sample as sample, batched, device_events, timeit_pair
+from benchmarks.probes.trace_probe import host_summary, summarize
 
 rng = np.random.default_rng(0)
 dt = jnp.bfloat16

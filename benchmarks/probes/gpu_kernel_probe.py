@@ -1,7 +1,7 @@
 """Runs one forward and one forward+backward of the benchmark shape, for a
 kernel profiler (ncu) to time every kernel XLA launches:
 
-    ncu --metrics gpu__time_duration.sum python3 tests/gpu_kernel_probe.py [cl]
+    ncu --metrics gpu__time_duration.sum python3 -m benchmarks.probes.gpu_kernel_probe [cl]
 """
 import sys
 

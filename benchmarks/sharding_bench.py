@@ -1,8 +1,8 @@
 """Sequence-parallel benchmark: forward + backward, L split over all local devices
 vs. the same problem on one device.
 
-    python -m jax_causal_conv.sharding_bench [docs/benchmarks.md]  # (8, 4096, 32768) bf16, every local GPU
-    python -c "from jax_causal_conv.sharding_bench import bench_sequence_parallel as b; b(L=4096)"
+    python -m benchmarks.sharding_bench [docs/benchmarks.md]  # (8, 4096, 32768) bf16, every local GPU
+    python -c "from benchmarks.sharding_bench import bench_sequence_parallel as b; b(L=4096)"
 
 Prints the time per fwd+bwd step on 1 device and on n devices, and the
 throughput ratio (ideal: n; the halo exchange is W-1 columns per shard).
@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_causal_conv as jcc
-from jax_causal_conv.bench import timeit, write_section
+from benchmarks.bench import timeit, write_section
 from jax_causal_conv.sharding import causal_conv1d_sharded
 
 

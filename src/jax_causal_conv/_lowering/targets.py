@@ -1,9 +1,9 @@
-"""Loading the compiled modules and registering their XLA FFI targets.
+"""The compiled modules and their XLA FFI targets.
 
-The same versioned target names are registered for platform "cpu" (C++
-kernels, always built) and "CUDA" (when the CUDA module was built). A future
-incompatible change to a target's arguments gets a new ``_vN`` name, so
-exported programs keep working."""
+The versioned target names are spelled once, in the C++ sources
+(csrc/registrations.h); they are read here from the compiled CPU module. The
+same names are registered for platform "cpu" (C++ kernels, always built) and
+"CUDA" (when the CUDA module was built and loads)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,18 @@ try:  # for the command-buffer trait; its home may move between jaxlib versions
 except ImportError:  # pragma: no cover
     xla_client = None
 
-from . import _jcc_cpu
+from .. import _jcc_cpu
 
-FORWARD = "jax_causal_conv_fwd_v1"
-BACKWARD = "jax_causal_conv_bwd_v2"
-UPDATE = "jax_causal_conv_update_v1"
-VARLEN_STATES = "jax_causal_conv_varlen_states_v1"
-TARGETS = (FORWARD, BACKWARD, UPDATE, VARLEN_STATES)
+_NAMES = dict(_jcc_cpu.target_names())
+FORWARD = _NAMES["forward"]
+BACKWARD = _NAMES["backward"]
+UPDATE = _NAMES["update"]
+VARLEN_STATES = _NAMES["varlen_states"]
+TARGETS = tuple(_jcc_cpu.registrations())  # every name a program may call, legacy ones too
+MAX_WIDTH = int(_jcc_cpu.max_width)
 
 try:  # absent in CPU-only builds, or when the CUDA runtime cannot load
-    from . import _jcc_cuda  # type: ignore[attr-defined]
+    from .. import _jcc_cuda  # type: ignore[attr-defined]
 except ImportError as e:  # pragma: no cover - depends on the build
     _jcc_cuda = None
     CUDA_IMPORT_ERROR = str(e)
