@@ -178,6 +178,10 @@ def conv_case(mesh, ba=None, ca=None, sa=None, *, B=4, D=8, L=32, W=4, cl=False,
         if sidx and hops == 1:
             assert sperm[0][1][0][1] == (Bl, H), sperm
         red = [c for c in fwd if c[0] != "collective-permute"]
+        if final and sidx:  # which shard holds each row's last valid token: one (Bl,) int32 max
+            owner = [c for c in red if [t for t, _ in c[1]] == ["s32"]]
+            assert len(owner) == 1 and [s for _, s in owner[0][1]] == [(Bl,)], red
+            red = [c for c in red if c is not owner[0]]
         if final:  # the final states, handed from the last shard to all
             assert len(red) == 1 and red[0][0] == "all-reduce", red
             assert ([int(np.prod(s)) for _, s in red[0][1]] == [Bl * H * Dl] if ON_GPU else

@@ -30,6 +30,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from . import _validate as V
+from . import reference
 from .conv import causal_conv1d, causal_conv1d_varlen
 from .decode import causal_conv1d_update, causal_conv1d_varlen_states
 
@@ -307,7 +308,20 @@ def causal_conv1d_sharded(x, weight, bias=None, *, mesh, batch_axis=None, channe
             else:
                 y = causal_conv1d(x, w, b, residual=res, seq_idx=sidx, **kw)
                 y = lax.dynamic_update_slice_in_dim(y, head, 0, axis=t_ax)
-            fin = _take(jnp.concatenate([halo, x], axis=t_ax), Ll, Ll + H, t_ax)
+            # The row's last sequence may end on any shard: each shard takes
+            # the final states of its own last valid token (from [halo, x]),
+            # and the last shard holding a valid token hands them to all.
+            ext_all = jnp.concatenate([halo, x], axis=t_ax)
+            xp = jnp.concatenate([jnp.zeros_like(halo), ext_all], axis=t_ax)
+            if cl:
+                xp = jnp.swapaxes(xp, 1, 2)
+            fin = reference._seq_final_states(xp, jnp.concatenate([shalo, sidx], axis=1), H, False)
+            fin = jnp.swapaxes(fin, 1, 2) if cl else fin
+            idx = lax.axis_index(sa)
+            owner = lax.pmax(jnp.where(jnp.any(sidx >= 0, axis=1), idx, -1), sa)
+            if not return_final_states:
+                return y
+            return y, lax.psum(jnp.where((owner == idx)[:, None, None], fin, 0).astype(fin.dtype), sa)
         if not return_final_states:
             return y
         # Only the last shard holds the true final states; hand them to all.
