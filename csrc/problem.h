@@ -50,13 +50,15 @@ enum class SegmentMode : int { kRow = 0, kSeqIdx = 1, kVarlen = 2 };
 // Scratch the backward needs for its per-chunk partial weight/bias sums
 // (reduced afterwards in a fixed order, for bitwise-reproducible gradients):
 // one float per batch row, channel, tap-or-bias and chunk of time steps. No
-// CUDA backward plan gives a partial sum to fewer than kBackwardChunkMin
-// steps, so this bounds them all. The caller allocates it (XLA, as an extra
-// output: jax_causal_conv/_calls.py computes the same number; torch, through
-// the DLPack entry point), so the kernels allocate nothing.
-constexpr int64_t kBackwardChunkMin = 512;
-inline int64_t BackwardWorkspaceBytes(int64_t batch, int64_t dim, int64_t len, int64_t width) {
-  const int64_t chunks = (len + kBackwardChunkMin - 1) / kBackwardChunkMin;
+// CUDA backward plan gives a partial sum to fewer than BackwardChunkSteps
+// steps (longer for wide filters, whose partials are larger), so this bounds
+// them all. The caller allocates it (XLA, as an extra output: the Python
+// package asks the compiled module for the number; torch, through the
+// DLPack entry point), so the kernels allocate nothing.
+JCC_HD int64_t BackwardChunkSteps(int64_t width) { return width <= 16 ? 512 : 4096; }
+JCC_HD int64_t BackwardWorkspaceBytes(int64_t batch, int64_t dim, int64_t len, int64_t width) {
+  const int64_t step = BackwardChunkSteps(width);
+  const int64_t chunks = (len + step - 1) / step;
   const int64_t floats = batch * dim * (width + 1) * chunks;
   return 4 * (floats > 0 ? floats : 1);
 }
