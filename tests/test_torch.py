@@ -10,8 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import jax_causal_conv.torch as jt  # noqa: E402
+from jax_causal_conv.torch import direct, kernels, ops  # noqa: E402
+from jax_causal_conv.torch.layout import is_channel_last  # noqa: E402
 
-HAS_CUDA = torch.cuda.is_available() and jt._jcc_cuda is not None and hasattr(jt._jcc_cuda, "fwd")
+HAS_CUDA = torch.cuda.is_available() and kernels.CUDA is not None
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)] if HAS_CUDA else ["cpu"]
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
@@ -56,7 +58,7 @@ def test_forward_matches_reference(device, dtype, W, channel_last, variant):
     gen = torch.Generator().manual_seed(W * 7 + channel_last)
     B, D, L = 2, 24, 37
     x = make_x(B, D, L, dtype, device, channel_last, gen)
-    assert jt._is_channel_last(x) == channel_last
+    assert is_channel_last(x) == channel_last
     w = (torch.randn(D, W, generator=gen) / W**0.5).to(device, dtype)
     b = torch.randn(D, generator=gen).to(device, dtype)
     kw, rkw = {}, {}
@@ -75,13 +77,13 @@ def test_forward_matches_reference(device, dtype, W, channel_last, variant):
         close(fs, fr, dtype)
         assert fs.shape == (B, D, W - 1)
         # final states follow the initial states' layout
-        assert jt._is_channel_last(fs) == (not channel_last) or W <= 2
+        assert is_channel_last(fs) == (not channel_last) or W <= 2
     else:
         y, yr = out, ref
     close(y, yr, dtype, scale=max(1.0, yr.abs().max().item()))
     assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
     if L > 1 and D > 1:
-        assert jt._is_channel_last(y) == channel_last  # the output has x's layout
+        assert is_channel_last(y) == channel_last  # the output has x's layout
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -99,7 +101,7 @@ def test_final_states_layouts_and_out(device):
             close(fs, fr, torch.float32)
             # no initial states: Dao's default layout follows x
             y, fs = jt.causal_conv1d_fn(x, w, return_final_states=True)
-            assert jt._is_channel_last(fs) == channel_last
+            assert is_channel_last(fs) == channel_last
             close(fs, jt.causal_conv1d_ref(x, w, return_final_states=True)[1], torch.float32)
             # final_states_out is written in place and returned, in either layout
             for out_cl in (False, True):
@@ -132,7 +134,7 @@ def test_mixed_dtypes_and_strided_inputs(device):
     close(jt.causal_conv1d_fn(xs, w), jt.causal_conv1d_ref(xs, w), torch.float32)
     # a channel-last view with padded rows (stride(1) == 1, not dense)
     pad = torch.randn(B, L, D + 8, generator=gen).to(device)[:, :, :D].transpose(1, 2)
-    assert jt._is_channel_last(pad)
+    assert is_channel_last(pad)
     close(jt.causal_conv1d_fn(pad, w), jt.causal_conv1d_ref(pad, w), torch.float32)
     # a transposed weight view
     wt = torch.randn(W, D, generator=gen).to(device).T
@@ -231,14 +233,14 @@ def test_opcheck():
     w = torch.randn(D, W, generator=gen, requires_grad=True)
     b = torch.randn(D, generator=gen, requires_grad=True)
     init = torch.randn(B, D, W - 1, generator=gen, requires_grad=True)
-    torch.library.opcheck(jt._fwd_op, (x, w, b, None, init, True, 1, False, False))
+    torch.library.opcheck(ops.fwd_op, (x, w, b, None, init, True, 1, False, False))
     xcl = torch.randn(B, L, D, generator=gen).transpose(1, 2).requires_grad_()
-    torch.library.opcheck(jt._fwd_op, (xcl, w, None, None, None, True, 0, True, True))
+    torch.library.opcheck(ops.fwd_op, (xcl, w, None, None, None, True, 0, True, True))
     state = torch.randn(B, D, W - 1, generator=gen)
-    torch.library.opcheck(jt._update_op, (torch.randn(B, D, 2, generator=gen), state, w.detach(),
-                                          None, 1, None, None))
+    torch.library.opcheck(ops.update_op, (torch.randn(B, D, 2, generator=gen), state, w.detach(),
+                                          None, 1, None, None, False))
     cu = torch.tensor([0, 3, 3, 10], dtype=torch.int32)
-    torch.library.opcheck(jt._varlen_states_op, (torch.randn(10, D, generator=gen), cu, 4))
+    torch.library.opcheck(ops.varlen_states_op, (torch.randn(10, D, generator=gen), cu, 4, False))
 
 
 # --- decode -------------------------------------------------------------------------------
@@ -383,32 +385,30 @@ def test_compile_inductor_forward():
 
 
 def test_call_takes_the_direct_path_only_when_nothing_needs_the_dispatcher():
-    class Spy:
-        used = None
+    used = []
 
-        def _init_fn(self, *args):
-            self.used = "direct"
+    def op(*args):
+        used.append("op")
 
-        def __call__(self, *args):
-            self.used = "op"
+    def impl(*args):
+        used.append("direct")
+
+    def via(*args):
+        used.clear()
+        direct.call(op, impl, args)
+        return used[0]
 
     x = torch.randn(2, 3)
-    for arg, want in [(x, "direct"), (x.clone().requires_grad_(), "op")]:
-        spy = Spy()
-        jt._call(spy, arg, 1, None)
-        assert spy.used == want
-    spy = Spy()
+    assert via(x, 1, None) == "direct"
+    assert via(x.clone().requires_grad_(), 1) == "op"
     with torch.no_grad():
-        jt._call(spy, x.clone().requires_grad_())
-    assert spy.used == "direct"
+        assert via(x.clone().requires_grad_()) == "direct"
     from torch._subclasses.fake_tensor import FakeTensorMode
-    spy = Spy()
     with FakeTensorMode():
-        jt._call(spy, torch.empty(2, 3))
-    assert spy.used == "op"
-    spy = Spy()
-    torch.func.vmap(lambda t: jt._call(spy, t) or t)(x)
-    assert spy.used == "op"
+        assert via(torch.empty(2, 3)) == "op"
+    seen = []
+    torch.func.vmap(lambda t: seen.append(via(t)) or t)(x)
+    assert seen == ["op"]
 
 
 def test_direct_path_matches_the_op_and_keeps_autograd_safety():
@@ -417,7 +417,7 @@ def test_direct_path_matches_the_op_and_keeps_autograd_safety():
     backpropagate through values the update overwrote."""
     gen = torch.Generator().manual_seed(11)
     x, w, b = torch.randn(2, 8, 16, generator=gen), torch.randn(8, 4, generator=gen), torch.randn(8, generator=gen)
-    y_op = jt._fwd_op(x, w, b, None, None, False, 1, False, False)[0]
+    y_op = ops.fwd_op(x, w, b, None, None, False, 1, False, False)[0]
     assert torch.equal(jt.causal_conv1d_fn(x, w, b, activation="silu"), y_op)
     with torch.no_grad():
         y = jt.causal_conv1d_fn(x.clone().requires_grad_(), w, b, activation="silu")
@@ -435,72 +435,125 @@ def test_direct_path_matches_the_op_and_keeps_autograd_safety():
 # --- bad input ----------------------------------------------------------------------------
 
 
-def test_bad_inputs_raise():
-    x = torch.randn(2, 8, 10)
-    w = torch.randn(8, 4)
-    with pytest.raises(ValueError, match="activation"):
-        jt.causal_conv1d_fn(x, w, activation="relu")
-    with pytest.raises(NotImplementedError):  # Dao raises NotImplementedError
-        jt.causal_conv1d_fn(x, w, activation="gelu")
-    with pytest.raises(TypeError, match="x must be float32"):
-        jt.causal_conv1d_fn(x.int(), w)
-    with pytest.raises(TypeError, match="x must be float32"):
-        jt.causal_conv1d_fn(x.to(torch.complex64), w)
-    with pytest.raises(ValueError, match="x must have rank 3"):
-        jt.causal_conv1d_fn(x[0], w)
-    with pytest.raises(ValueError, match=r"weight must have shape \(dim, width\) = \(8, width\), got \(7, 4\)"):
-        jt.causal_conv1d_fn(x, torch.randn(7, 4))
-    with pytest.raises(ValueError, match="weight width"):
-        jt.causal_conv1d_fn(x, torch.randn(8, 0))
-    with pytest.raises(ValueError, match=r"bias must have shape \(8,\)"):
-        jt.causal_conv1d_fn(x, w, torch.randn(9))
-    with pytest.raises(TypeError, match="seq_idx must be int32, got torch.int64"):
-        jt.causal_conv1d_fn(x, w, seq_idx=torch.zeros(2, 10, dtype=torch.int64))
-    with pytest.raises(ValueError, match=r"seq_idx must have shape \(2, 10\)"):
-        jt.causal_conv1d_fn(x, w, seq_idx=torch.zeros(2, 9, dtype=torch.int32))
-    s = torch.zeros(2, 10, dtype=torch.int32)
-    with pytest.raises(ValueError, match="initial_states must be None if seq_idx"):
-        jt.causal_conv1d_fn(x, w, seq_idx=s, initial_states=torch.zeros(2, 8, 3))
-    with pytest.raises(ValueError, match="return_final_states"):
-        jt.causal_conv1d_fn(x, w, seq_idx=s, return_final_states=True)
-    with pytest.raises(ValueError, match=r"initial_states must have shape \(2, 8, 3\)"):
-        jt.causal_conv1d_fn(x, w, initial_states=torch.zeros(2, 8, 4))
-    with pytest.raises(TypeError, match="initial_states must have the dtype of x"):
-        jt.causal_conv1d_fn(x, w, initial_states=torch.zeros(2, 8, 3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="final_states_out must have shape"):
-        jt.causal_conv1d_fn(x, w, return_final_states=True, final_states_out=torch.zeros(2, 3, 8))
-    with pytest.raises(ValueError, match="weight is on meta but x is on cpu"):
-        jt.causal_conv1d_fn(x, w.to("meta"))
-    with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
-        jt.causal_conv1d_fn(x, w.numpy())
+BAD_CALLS = [  # (id, call, exception, regex); messages share validation.py's wording with JAX
+    ("activation", lambda x, w: jt.causal_conv1d_fn(x, w, activation="relu"), ValueError,
+     "activation must be None, 'silu' or 'swish', got 'relu'"),
+    ("activation-dao", lambda x, w: jt.causal_conv1d_fn(x, w, activation="gelu"),
+     NotImplementedError, "activation"),  # Dao raises NotImplementedError
+    ("x-int", lambda x, w: jt.causal_conv1d_fn(x.int(), w), TypeError,
+     "^x must be float32, float16, bfloat16 or float64, got int32$"),
+    ("x-complex", lambda x, w: jt.causal_conv1d_fn(x.to(torch.complex64), w), TypeError,
+     "got complex64"),
+    ("x-rank", lambda x, w: jt.causal_conv1d_fn(x[0], w), ValueError,
+     r"^x must have rank 3 \(batch, dim, seqlen\), got shape \(8, 10\)$"),
+    ("weight-dim", lambda x, w: jt.causal_conv1d_fn(x, torch.randn(7, 4)), ValueError,
+     r"^weight must have shape \(8, width\) to match x's 8 channels, got \(7, 4\)$"),
+    ("layout-hint", lambda x, w: jt.causal_conv1d_fn(x.transpose(1, 2).contiguous(), w),
+     ValueError, r"x \(2, 10, 8\) has 8 channels in the other layout.*x.transpose\(1, 2\)"),
+    ("weight-width", lambda x, w: jt.causal_conv1d_fn(x, torch.randn(8, 0)), ValueError,
+     r"weight width must be in \[1, \d+\], got width 0"),
+    ("bias-shape", lambda x, w: jt.causal_conv1d_fn(x, w, torch.randn(9)), ValueError,
+     r"^bias must have shape \(8,\) \(dim,\), got \(9,\)$"),
+    ("seq_idx-dtype", lambda x, w: jt.causal_conv1d_fn(x, w, seq_idx=torch.zeros(2, 10, dtype=torch.int64)),
+     TypeError, "^seq_idx must be int32, got int64$"),
+    ("seq_idx-shape", lambda x, w: jt.causal_conv1d_fn(x, w, seq_idx=torch.zeros(2, 9, dtype=torch.int32)),
+     ValueError, r"seq_idx must have shape \(2, 10\)"),
+    ("states-shape", lambda x, w: jt.causal_conv1d_fn(x, w, initial_states=torch.zeros(2, 8, 4)),
+     ValueError, r"^initial_states must have shape \(2, 8, 3\) \(batch, dim, width - 1\), got \(2, 8, 4\)$"),
+    ("states-dtype", lambda x, w: jt.causal_conv1d_fn(x, w, initial_states=torch.zeros(2, 8, 3, dtype=torch.float64)),
+     TypeError, r"initial_states must have the dtype of x \(float32\), got float64"),
+    ("final-out-shape", lambda x, w: jt.causal_conv1d_fn(x, w, return_final_states=True,
+                                                         final_states_out=torch.zeros(2, 3, 8)),
+     ValueError, r"final_states_out must have shape \(2, 8, 3\)"),
+    ("device", lambda x, w: jt.causal_conv1d_fn(x, w.to("meta")), ValueError,
+     "weight is on meta but x is on cpu"),
+    ("not-a-tensor", lambda x, w: jt.causal_conv1d_fn(x, w.numpy()), TypeError,
+     "weight must be a torch.Tensor, got ndarray"),
+    ("x-not-a-tensor", lambda x, w: jt.causal_conv1d_fn(x.numpy(), w), TypeError,
+     "x must be a torch.Tensor, got ndarray"),
     # update
-    st = torch.zeros(2, 8, 3)
-    with pytest.raises(ValueError, match="state_len 2 must be >= width - 1 = 3"):
-        jt.causal_conv1d_update(x[..., 0], torch.zeros(2, 8, 2), w)
-    with pytest.raises(ValueError, match=r"conv_state must have shape \(batch, 8, state_len\)"):
-        jt.causal_conv1d_update(x[..., 0], torch.zeros(2, 7, 3), w)
-    with pytest.raises(ValueError, match="pass conv_state_indices"):
-        jt.causal_conv1d_update(x[..., 0], torch.zeros(1, 8, 3), w)
-    with pytest.raises(TypeError, match="cache_seqlens must be int32"):
-        jt.causal_conv1d_update(x[..., 0], st, w, cache_seqlens=torch.zeros(2, dtype=torch.int64))
-    with pytest.raises(ValueError, match=r"conv_state_indices\[1\] = 5 is outside \[-1, 2\)"):
-        jt.causal_conv1d_update(x[..., 0], st, w, conv_state_indices=torch.tensor([0, 5], dtype=torch.int32))
-    with pytest.raises(TypeError, match="conv_state must have the dtype of x"):
-        jt.causal_conv1d_update(x[..., 0], st.double(), w)
-    # varlen states: offsets are checked on the host for CPU tensors
-    with pytest.raises(ValueError, match="cu_seqlens must start at 0"):
-        jt.causal_conv1d_varlen_states(torch.randn(6, 8), torch.tensor([1, 6], dtype=torch.int32), 3)
-    with pytest.raises(ValueError, match="cu_seqlens must end at the total length 6"):
-        jt.causal_conv1d_varlen_states(torch.randn(6, 8), torch.tensor([0, 5], dtype=torch.int32), 3)
-    with pytest.raises(ValueError, match="non-decreasing"):
-        jt.causal_conv1d_varlen_states(torch.randn(6, 8), torch.tensor([0, 4, 2, 6], dtype=torch.int32), 3)
-    with pytest.raises(TypeError, match="cu_seqlens must be an integer tensor"):
-        jt.causal_conv1d_varlen_states(torch.randn(6, 8), torch.tensor([0.0, 6.0]), 3)
+    ("update-state-len", lambda x, w: jt.causal_conv1d_update(x[..., 0], torch.zeros(2, 8, 2), w),
+     ValueError, r"conv_state's state_len must be >= width - 1 = 3, got state_len 2"),
+    ("update-state-dim", lambda x, w: jt.causal_conv1d_update(x[..., 0], torch.zeros(2, 7, 3), w),
+     ValueError, r"^conv_state must have shape \(num_slots, dim, state_len\) = \(num_slots, 8, state_len\) "
+                 r"to match x's 8 channels, got \(2, 7, 3\)$"),
+    ("update-slots", lambda x, w: jt.causal_conv1d_update(x[..., 0], torch.zeros(1, 8, 3), w),
+     ValueError, "conv_state has 1 slots for batch 2: pass conv_state_indices"),
+    ("update-seqlens-dtype", lambda x, w: jt.causal_conv1d_update(
+        x[..., 0], torch.zeros(2, 8, 3), w, cache_seqlens=torch.zeros(2, dtype=torch.int64)),
+     TypeError, "cache_seqlens must be int32, got int64"),
+    ("update-indices-range", lambda x, w: jt.causal_conv1d_update(
+        x[..., 0], torch.zeros(2, 8, 3), w, conv_state_indices=torch.tensor([0, 5], dtype=torch.int32)),
+     ValueError, r"conv_state_indices\[1\] = 5 is outside \[-1, 2\)"),  # the CPU entry point's check
+    ("update-state-dtype", lambda x, w: jt.causal_conv1d_update(x[..., 0], torch.zeros(2, 8, 3).double(), w),
+     TypeError, r"conv_state must have the dtype of x \(float32\), got float64"),
+    ("update-layout-hint", lambda x, w: jt.causal_conv1d_update(
+        torch.randn(2, 5, 8), torch.zeros(2, 8, 3), w), ValueError, "x.transpose"),
+    # varlen states: offsets are checked on the host by the CPU entry point
+    ("vstates-start", lambda x, w: jt.causal_conv1d_varlen_states(
+        torch.randn(6, 8), torch.tensor([1, 6], dtype=torch.int32), 3), ValueError,
+     "cu_seqlens must start at 0, got 1"),
+    ("vstates-end", lambda x, w: jt.causal_conv1d_varlen_states(
+        torch.randn(6, 8), torch.tensor([0, 5], dtype=torch.int32), 3), ValueError,
+     "cu_seqlens must end at the total length 6, got 5"),
+    ("vstates-order", lambda x, w: jt.causal_conv1d_varlen_states(
+        torch.randn(6, 8), torch.tensor([0, 4, 2, 6], dtype=torch.int32), 3), ValueError,
+     "cu_seqlens must be non-decreasing"),
+    ("vstates-float", lambda x, w: jt.causal_conv1d_varlen_states(
+        torch.randn(6, 8), torch.tensor([0.0, 6.0]), 3), TypeError, "cu_seqlens must be int32, got float32"),
+    ("vstates-len", lambda x, w: jt.causal_conv1d_varlen_states(
+        torch.randn(6, 8), torch.tensor([0, 6], dtype=torch.int32), -1), ValueError, "state_len"),
+]
+
+
+@pytest.mark.parametrize("call,exc,pattern", [c[1:] for c in BAD_CALLS], ids=[c[0] for c in BAD_CALLS])
+def test_bad_inputs_raise(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call(torch.randn(2, 8, 10), torch.randn(8, 4))
+
+
+def test_messages_match_the_jax_api():
+    """One wording across frameworks: the same misuse through JAX and torch."""
+    import jax.numpy as jnp
+
+    import jax_causal_conv as jcc
+
+    def message(f):
+        with pytest.raises((ValueError, TypeError)) as info:
+            f()
+        return str(info.value)
+
+    x, w = torch.randn(2, 8, 10), torch.randn(8, 4)
+    xj, wj = jnp.asarray(x.numpy()), jnp.asarray(w.numpy())
+    pairs = [
+        (lambda: jt.causal_conv1d_fn(x, w, torch.randn(9)),
+         lambda: jcc.causal_conv1d(xj, wj, jnp.ones(9))),
+        (lambda: jt.causal_conv1d_fn(x, torch.randn(7, 4)),
+         lambda: jcc.causal_conv1d(xj, jnp.ones((7, 4)))),
+        (lambda: jt.causal_conv1d_fn(x, w, initial_states=torch.zeros(2, 8, 4)),
+         lambda: jcc.causal_conv1d(xj, wj, initial_states=jnp.zeros((2, 8, 4)))),
+        (lambda: jt.causal_conv1d_update(x[..., 0], torch.zeros(2, 7, 3), w),
+         lambda: jcc.causal_conv1d_update(xj[..., 0], jnp.zeros((2, 7, 3)), wj)),
+        (lambda: jt.causal_conv1d_update(x[..., 0], torch.zeros(1, 8, 3), w),
+         lambda: jcc.causal_conv1d_update(xj[..., 0], jnp.zeros((1, 8, 3)), wj)),
+        (lambda: jt.causal_conv1d_fn(x.double().to(torch.complex128), w),
+         lambda: jcc.causal_conv1d(xj.astype(jnp.complex64).astype(jnp.complex128), wj)),
+    ]
+    for t, j in pairs:
+        assert message(t) == message(j)
+
+
+def test_seq_idx_is_not_value_checked():
+    """Decreasing ids and padding ids (< 0) are valid: an equality mask."""
+    x, w = torch.randn(2, 8, 10), torch.randn(8, 4)
+    s = torch.tensor([[3, 3, 1, 1, -1, 0, 0, 0, -1, -1]] * 2, dtype=torch.int32)
+    y = jt.causal_conv1d_fn(x.transpose(1, 2).contiguous().transpose(1, 2), w, seq_idx=s)
+    assert y.shape == x.shape
 
 
 def test_dlpack_entry_points_validate():
     """The C++ entry points check what they are given, even when called directly."""
-    m = jt._jcc_cpu
+    m = kernels.CPU.mod
     x = torch.randn(2, 8, 10)
     w = torch.randn(1, 8, 4)
     y = torch.empty_like(x)
@@ -570,5 +623,5 @@ def test_cuda_bad_inputs():
     with pytest.raises(ValueError, match="weight is on cpu but x is on cuda"):
         jt.causal_conv1d_fn(x, w.cpu())
     with pytest.raises(ValueError, match="expected 'cuda'"):
-        jt._jcc_cuda.fwd(x.cpu(), w[None].cpu(), None, None, None, None, None, x.cpu(), None, 0, 0,
+        kernels.CUDA.mod.fwd(x.cpu(), w[None].cpu(), None, None, None, None, None, x.cpu(), None, 0, 0,
                          False, False, stream=0)

@@ -97,6 +97,11 @@ def _is_int_name(name: str) -> bool:
 # --- single arguments ---------------------------------------------------------------------
 
 
+class ActivationError(ValueError, NotImplementedError):
+    """Unknown activation: a ValueError (this package's convention) that is
+    also the NotImplementedError Dao's library raises."""
+
+
 def check_activation(activation):
     """None | 'silu' (alias 'swish'); Dao's API also accepts True/False."""
     if activation is True or activation is False:
@@ -104,7 +109,7 @@ def check_activation(activation):
     try:
         return _ACTIVATIONS[activation]
     except (KeyError, TypeError):
-        raise ValueError(f"activation must be None, 'silu' or 'swish', got {activation!r}") from None
+        raise ActivationError(f"activation must be None, 'silu' or 'swish', got {activation!r}") from None
 
 
 def check_backend(backend):
