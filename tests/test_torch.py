@@ -10,38 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import jax_causal_conv.torch as jt  # noqa: E402
-from jax_causal_conv.torch import direct, kernels, ops  # noqa: E402
+from jax_causal_conv.torch import direct, ops  # noqa: E402
 from jax_causal_conv.torch.layout import is_channel_last  # noqa: E402
+from torch_support import (DEVICES, DTYPES, HAS_CUDA, close, kernels, make_seq_idx,  # noqa: E402
+                           make_x, skip_f64_on_gpu)
 
-HAS_CUDA = torch.cuda.is_available() and kernels.CUDA is not None
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)] if HAS_CUDA else ["cpu"]
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64}
-# (rtol, atol) for results rounded once from a float32 accumulator.
-TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (2e-5, 2e-5),
-       torch.float16: (4e-3, 4e-3), torch.bfloat16: (2e-2, 2e-2)}
 WIDTHS = [1, 2, 3, 4, 5, 8]
-
-
-def close(a, b, dtype, scale=1.0):
-    rtol, atol = TOL[dtype]
-    torch.testing.assert_close(a.double().cpu(), b.double().cpu(), rtol=rtol, atol=atol * scale)
-
-
-def skip_f64_on_gpu(device, dtype):
-    if device == "cuda" and dtype == torch.float64:
-        pytest.skip("float64 is CPU-only")
-
-
-def make_x(B, D, L, dtype, device, channel_last, gen):
-    if channel_last:  # Dao's channel-last: a transposed (B, L, D) tensor
-        return torch.randn(B, L, D, generator=gen, dtype=torch.float32).to(device, dtype).transpose(1, 2)
-    return torch.randn(B, D, L, generator=gen, dtype=torch.float32).to(device, dtype)
-
-
-def make_seq_idx(B, L, device, gen):
-    return torch.sort(torch.randint(0, 4, (B, L), generator=gen), dim=1).values.to(device, torch.int32)
 
 
 # --- forward --------------------------------------------------------------------------

@@ -75,7 +75,7 @@ def causal_conv1d_ref(x, weight, bias=None, initial_states=None, return_final_st
             keep = ids[b, e:e + H] == ids[b, e + H - 1]
             rows.append(torch.where(keep[None, :], xp[b, :, e:e + H], 0))
         fs = torch.stack(rows) if rows else xp[:, :, :H]
-    fs = fs.to(x.dtype)
+    fs = fs.to(x.dtype, copy=True)  # not a view of xp: callers may modify it in place
     if final_states_out is not None:
         final_states_out.copy_(fs)
         fs = final_states_out
