@@ -15,9 +15,9 @@ import torch.nn.functional as F  # noqa: E402
 
 import jax_causal_conv.torch as jt  # noqa: E402
 from jax_causal_conv.torch.layout import is_channel_last  # noqa: E402
-from torch_support import (CHANNELS_LAST_DECODE, DEVICES, SEQ_IDX_TABLE, SPEC_SEQ_IDX,  # noqa: E402
-                           STRIDED_X, EntrySpy, close, kernels, make_x, skip_f64_on_gpu,
-                           spec_conv)
+from torch_support import (CHANNELS_LAST_DECODE, DEVICES, HAS_CUDA, SEQ_IDX_TABLE,  # noqa: E402
+                           SPEC_SEQ_IDX, STRIDED_X, EntrySpy, channels_last_decode, close,
+                           kernels, make_x, skip_f64_on_gpu, spec_conv)
 
 TABLE = sorted(SEQ_IDX_TABLE)
 
@@ -333,61 +333,70 @@ def test_update_and_varlen_states_with_strided_x(device):
 # --- decode states in Dao's channel-last layout --------------------------------------------------
 
 
-@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("variant", ["rolling", "circular", "indices"])
-def test_channel_last_conv_state(device, dtype, variant):
+def test_channel_last_conv_state(channels_last_decode, dtype, variant):
     """Dao's update test layout: x and conv_state transposed (B, S, D) and
-    (B, state_len, D) tensors; the state is updated in place."""
+    (B, state_len, D) tensors; the state is updated in place, where it
+    lives when the kernels take channel-last states."""
     dtype = getattr(torch, dtype)
     gen = torch.Generator().manual_seed(13)
     B, D, S, W, SL = 3, 16, 2, 4, 6
-    x = torch.randn(B, S, D, generator=gen).to(device, dtype).transpose(1, 2)
+    x = torch.randn(B, S, D, generator=gen).to(dtype).transpose(1, 2)
     slots, kw = B, {}
     if variant == "circular":
-        kw["cache_seqlens"] = torch.tensor([0, 5, 13], dtype=torch.int32, device=device)
+        kw["cache_seqlens"] = torch.tensor([0, 5, 13], dtype=torch.int32)
     elif variant == "indices":
         slots = 5
-        kw["conv_state_indices"] = torch.tensor([4, -1, 0], dtype=torch.int32, device=device)
-    state = torch.randn(slots, SL, D, generator=gen).to(device, dtype).transpose(1, 2)
+        kw["conv_state_indices"] = torch.tensor([4, -1, 0], dtype=torch.int32)
+    state = torch.randn(slots, SL, D, generator=gen).to(dtype).transpose(1, 2)
     state_ref = state.clone()
-    w = torch.randn(D, W, generator=gen).to(device)
+    w = torch.randn(D, W, generator=gen)
     y = jt.causal_conv1d_update(x, state, w, activation="silu", **kw)
     yr = jt.causal_conv1d_update_ref(x, state_ref, w, activation="silu", **kw)
     close(y, yr, dtype)
     torch.testing.assert_close(state, state_ref, rtol=0, atol=0)
+    for one_token in (x[..., 0], x[..., :1]):  # (B, D) and (B, D, 1)
+        y = jt.causal_conv1d_update(one_token, state, w, **kw)
+        close(y, jt.causal_conv1d_update_ref(one_token, state_ref, w, **kw), dtype)
+        assert y.shape == one_token.shape
+    torch.testing.assert_close(state, state_ref, rtol=0, atol=0)
+    if channels_last_decode.channels_last_decode:
+        assert channels_last_decode.mod.received("update", 1).data_ptr() == state.data_ptr()
 
 
 @CHANNELS_LAST_DECODE
-@pytest.mark.parametrize("device", DEVICES)
-def test_channel_last_conv_state_is_updated_where_it_lives(device):
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device and _jcc_cuda with DLPack entry points")
+def test_channel_last_conv_state_cuda():
     gen = torch.Generator().manual_seed(14)
-    state = torch.randn(4, 5, 16, generator=gen).to(device).transpose(1, 2)
-    x = torch.randn(4, 16, generator=gen).to(device)
-    w = torch.randn(16, 4, generator=gen).to(device)
-    _, spy = _spied_call(device, lambda: jt.causal_conv1d_update(x, state, w),
-                         kernels.for_device(x.device).strided_x)
-    assert spy.received("update", 1).data_ptr() == state.data_ptr()
-    states = jt.causal_conv1d_varlen_states(torch.randn(9, 16, device=device),
-                                            torch.tensor([0, 4, 9], dtype=torch.int32, device=device), 3)
-    assert is_channel_last(states) and states._base is None  # Dao's layout, usable as conv_state
+    state = torch.randn(4, 5, 16, generator=gen).cuda().transpose(1, 2)
+    state_ref = state.clone()
+    x = torch.randn(4, 16, generator=gen).cuda()
+    w = torch.randn(16, 4, generator=gen).cuda()
+    y = jt.causal_conv1d_update(x, state, w, activation="silu")
+    close(y, jt.causal_conv1d_update_ref(x, state_ref, w, activation="silu"), torch.float32)
+    torch.testing.assert_close(state, state_ref, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_varlen_states_feed_a_channel_last_decode(device):
-    """Prefill -> decode hand-off in Dao's layouts, whatever the kernels' own."""
+def test_varlen_states_feed_a_channel_last_decode(channels_last_decode):
+    """Prefill -> decode hand-off: varlen_states returns Dao's channel-last
+    layout when the kernels have it (a fresh tensor, not a view), and the
+    decode updates it in place."""
     gen = torch.Generator().manual_seed(15)
     D, W = 16, 4
-    cu = torch.tensor([0, 6, 6, 13], dtype=torch.int32, device=device)
-    tokens = torch.randn(13, D, generator=gen).to(device)
-    w = torch.randn(D, W, generator=gen).to(device)
+    cu = torch.tensor([0, 6, 6, 13], dtype=torch.int32)
+    tokens = torch.randn(13, D, generator=gen)
+    w = torch.randn(D, W, generator=gen)
     states = jt.causal_conv1d_varlen_states(tokens, cu, W - 1)
+    assert is_channel_last(states) == channels_last_decode.channels_last_decode
+    assert states._base is None
     close(states, jt.causal_conv1d_varlen_states_ref(tokens, cu, W - 1), torch.float32)
-    step = torch.randn(3, D, generator=gen).to(device)
+    step = torch.randn(3, D, generator=gen)
     ref_state = states.clone()
     y = jt.causal_conv1d_update(step, states, w)
     close(y, jt.causal_conv1d_update_ref(step, ref_state, w), torch.float32)
-    close(states, ref_state, torch.float32)
+    torch.testing.assert_close(states, ref_state, rtol=0, atol=0)
 
 
 # --- argument spellings --------------------------------------------------------------------------

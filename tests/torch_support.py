@@ -168,3 +168,53 @@ class EntrySpy:
     def received(self, name, index):
         """The tensor argument `index` of the last call of entry point `name`."""
         return [c for c in self.calls if c[0] == name][-1][1][index]
+
+
+class ChannelsLastDecodeEmulator(EntrySpy):
+    """A module whose update/varlen_states take ``channels_last`` (as the
+    kernels will), emulated on the real channel-first entry points through
+    dense copies: tests the adapter's side of channel-last decode states
+    before the kernels have it. Records calls like EntrySpy."""
+
+    def update(self, x, conv_state, weight, bias, cache_seqlens, conv_state_indices, y, activation,
+               channels_last=False, **kw):
+        seen = [from_dlpack(a) if type(a).__name__ == "PyCapsule" else a
+                for a in (x, conv_state, weight, bias, cache_seqlens, conv_state_indices, y)]
+        self.calls.append(("update", seen))
+        xt, st, w, b, cs, idx, yt = seen
+        if channels_last:  # (B, S, D), (N, SL, D), (B, S, D) -> channel-first copies
+            xt, st_cf, y_cf = (xt.transpose(1, 2).contiguous(), st.transpose(1, 2).contiguous(),
+                               torch.empty_like(yt.transpose(1, 2), memory_format=torch.contiguous_format))
+        else:
+            st_cf, y_cf = st, yt
+        caps = [None if a is None else to_dlpack(a) for a in (xt, st_cf, w, b, cs, idx, y_cf)]
+        self._mod.update(*caps, activation, **kw)
+        if channels_last:
+            st.copy_(st_cf.transpose(1, 2))
+            yt.copy_(y_cf.transpose(1, 2))
+
+    def varlen_states(self, x, cu_seqlens, states, channels_last=False, **kw):
+        seen = [from_dlpack(a) for a in (x, cu_seqlens, states)]
+        self.calls.append(("varlen_states", seen))
+        out = seen[2]
+        tmp = out.transpose(1, 2).contiguous() if channels_last else out
+        self._mod.varlen_states(to_dlpack(seen[0]), to_dlpack(seen[1]), to_dlpack(tmp), **kw)
+        if channels_last:
+            out.copy_(tmp.transpose(1, 2))
+
+
+@pytest.fixture(params=["native", "emulated"])
+def channels_last_decode(request):
+    """The module the channel-last decode tests run on: the compiled one as
+    it is, and one that takes channels_last (emulated when it does not)."""
+    k = kernels.CPU
+    if request.param == "native":
+        yield k
+        return
+    real_mod, real_flag = k.mod, k.channels_last_decode
+    k.mod = EntrySpy(real_mod) if real_flag else ChannelsLastDecodeEmulator(real_mod)
+    k.channels_last_decode = True
+    try:
+        yield k
+    finally:
+        k.mod, k.channels_last_decode = real_mod, real_flag

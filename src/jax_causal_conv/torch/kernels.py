@@ -79,13 +79,14 @@ def cap(t):
     return None if t is None else to_dlpack(t)
 
 
-def launch(k: Kernels, device: torch.device, fn, *args):
-    """k.mod.fn(*args) (tensors already capsules); on CUDA on the current
-    stream of `device`, made the current device for the call if it is not."""
+def launch(k: Kernels, device: torch.device, fn, *args, **kwargs):
+    """fn(*args, **kwargs), an entry point of k.mod (tensors already
+    capsules); on CUDA on the current stream of `device`, made the current
+    device for the call if it is not."""
     if not k.cuda:
-        return fn(*args)
+        return fn(*args, **kwargs)
     index = device.index
     if index is None or index == _current_device():
-        return fn(*args, stream=_raw_stream(_current_device() if index is None else index))
+        return fn(*args, **kwargs, stream=_raw_stream(_current_device() if index is None else index))
     with torch.cuda.device(index):
-        return fn(*args, stream=_raw_stream(index))
+        return fn(*args, **kwargs, stream=_raw_stream(index))
