@@ -358,31 +358,26 @@ def test_compile_inductor_forward():
 # --- the direct path (no dispatcher when nothing needs it) ------------------------------
 
 
-def test_call_takes_the_direct_path_only_when_nothing_needs_the_dispatcher():
-    used = []
-
-    def op(*args):
-        used.append("op")
-
-    def impl(*args):
-        used.append("direct")
-
-    def via(*args):
-        used.clear()
-        direct.call(op, impl, args)
-        return used[0]
-
+def test_eager_calls_skip_the_dispatcher_only_when_nothing_needs_it():
     x = torch.randn(2, 3)
-    assert via(x, 1, None) == "direct"
-    assert via(x.clone().requires_grad_(), 1) == "op"
+    assert direct.path((x, None)) == direct.PLAIN
+    assert direct.path((x.clone().requires_grad_(), x)) == direct.AUTOGRAD
     with torch.no_grad():
-        assert via(x.clone().requires_grad_()) == "direct"
+        assert direct.path((x.clone().requires_grad_(),)) == direct.PLAIN
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
-        assert via(torch.empty(2, 3)) == "op"
+        assert direct.path((torch.empty(2, 3),)) == direct.OP
     seen = []
-    torch.func.vmap(lambda t: seen.append(via(t)) or t)(x)
-    assert seen == ["op"]
+    torch.func.vmap(lambda t: seen.append(direct.path((t,))) or t)(x)
+    assert seen == [direct.OP]
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with Mode():
+        assert direct.path((x,)) == direct.OP
 
 
 def test_direct_path_matches_the_op_and_keeps_autograd_safety():
@@ -599,3 +594,34 @@ def test_cuda_bad_inputs():
     with pytest.raises(ValueError, match="expected 'cuda'"):
         kernels.CUDA.mod.fwd(x.cpu(), w[None].cpu(), None, None, None, None, None, x.cpu(), None, 0, 0,
                          False, False, stream=0)
+
+
+@pytest.mark.parametrize("mode", ["plain", "states", "seq_idx", "channel_last"])
+def test_eager_autograd_path_equals_the_op_path(mode, monkeypatch):
+    """Under autograd, eager calls run the kernels inside an autograd.Function
+    (no dispatcher); the custom op (used when tracing) gives bitwise the same
+    values and gradients, with the same formula."""
+    gen = torch.Generator().manual_seed(12)
+    B, D, L, W = 2, 8, 13, 4
+    x = make_x(B, D, L, torch.float32, "cpu", mode == "channel_last", gen)
+    w, b = torch.randn(D, W, generator=gen), torch.randn(D, generator=gen)
+    h = make_x(B, D, W - 1, torch.float32, "cpu", True, gen) if mode == "states" else None
+    kw = dict(activation="silu", return_final_states=mode == "states")
+    if mode == "seq_idx":
+        kw["seq_idx"] = make_seq_idx(B, L, "cpu", gen)
+
+    def run():
+        ins = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b, h)]
+        out = jt.causal_conv1d_fn(ins[0], ins[1], ins[2], initial_states=ins[3], **kw)
+        out = out if isinstance(out, tuple) else (out,)
+        sum((o.square() * (i + 1)).sum() for i, o in enumerate(out)).backward()
+        return [o.detach() for o in out] + [t.grad for t in ins if t is not None]
+
+    real_op = ops.fwd_op
+    monkeypatch.setattr(ops, "fwd_op", lambda *a: pytest.fail("the eager path took the op"))
+    eager = run()
+    monkeypatch.setattr(ops, "fwd_op", real_op)
+    monkeypatch.setattr(direct, "path", lambda tensors: direct.OP)
+    through_op = run()
+    for a, r in zip(eager, through_op):
+        assert torch.equal(a, r)

@@ -69,19 +69,22 @@ _DTYPE_NAMES: dict = {}
 def dtype_name(a) -> str:
     """'float32', 'bfloat16', 'int64', ... for a numpy/jax dtype or a torch
     dtype alike; the type's name for objects without a dtype."""
-    dt = getattr(a, "dtype", None)
-    if dt is None:
+    try:
+        dt = a.dtype
+        return _DTYPE_NAMES[dt]
+    except AttributeError:
         return type(a).__name__
-    name = _DTYPE_NAMES.get(dt)
-    if name is None:
+    except KeyError:  # first sight of this dtype
         name = str(dt)
         name = name[6:] if name.startswith("torch.") else name
         _DTYPE_NAMES[dt] = name
-    return name
+        return name
 
 
 def shape_of(a) -> tuple:
     s = getattr(a, "shape", None)
+    if isinstance(s, tuple):  # torch.Size is one
+        return s
     return tuple(s) if s is not None else tuple(np.shape(a))
 
 
@@ -137,14 +140,16 @@ def check_shape(name, a, expected, what=""):
         raise ValueError(f"{name} must have shape {fmt(expected)}{extra}, got {fmt(got)}")
 
 
-def check_rank(name, a, rank, layout):
+def check_rank(name, a, rank, layout) -> tuple:
+    """Returns the shape."""
     got = shape_of(a)
     if len(got) != rank:
         raise ValueError(f"{name} must have rank {rank} {layout}, got shape {fmt(got)}")
+    return got
 
 
 def check_same_dtype(name, a, x, conv):
-    if conv.exact_dtypes and dtype_name(a) != dtype_name(x):
+    if conv.exact_dtypes and a.dtype != x.dtype and dtype_name(a) != dtype_name(x):
         raise TypeError(f"{name} must have the dtype of x ({dtype_name(x)}), got {dtype_name(a)}")
 
 
@@ -173,15 +178,14 @@ def _layout_hint(name, shape, dim_axis, n, channels_last, conv) -> str:
     return ""
 
 
-def check_weight(weight, bias, D, conv=JAX, hint=""):
-    """weight (D, W) with 1 <= W <= MAX_WIDTH, bias (D,); returns W. `hint`
-    is appended to a channel-count mismatch."""
+def check_weight(weight, bias, D, conv=JAX, hint=None):
+    """weight (D, W) with 1 <= W <= MAX_WIDTH, bias (D,); returns W. `hint()`
+    gives advice appended to a channel-count mismatch."""
     check_float("weight", weight)
-    check_rank("weight", weight, 2, "(dim, width)")
-    ws = shape_of(weight)
+    ws = check_rank("weight", weight, 2, "(dim, width)")
     if ws[0] != D:
         raise ValueError(f"weight must have shape ({D}, width) to match x's {D} channels, "
-                         f"got {fmt(ws)}{hint}")
+                         f"got {fmt(ws)}{hint() if hint else ''}")
     W = ws[1]
     if not 1 <= W <= MAX_WIDTH:
         raise ValueError(f"weight width must be in [1, {MAX_WIDTH}], got width {W} "
@@ -192,11 +196,6 @@ def check_weight(weight, bias, D, conv=JAX, hint=""):
     return W
 
 
-def _weight_hint(weight, x_shape, dim_axis, channels_last, conv):
-    ws = shape_of(weight)
-    return _layout_hint("x", x_shape, dim_axis, ws[0], channels_last, conv) if len(ws) == 2 else ""
-
-
 # --- whole calls ----------------------------------------------------------------------------
 
 
@@ -205,12 +204,12 @@ def check_conv(x, weight, bias, residual, seq_idx, initial_states, channels_last
     """causal_conv1d's arguments; returns the activation (None or 'silu')."""
     activation = check_activation(activation)
     check_float("x", x)
-    check_rank("x", x, 3, "(batch, seqlen, dim)" if channels_last else "(batch, dim, seqlen)")
-    xs = shape_of(x)
+    xs = check_rank("x", x, 3, "(batch, seqlen, dim)" if channels_last else "(batch, dim, seqlen)")
     B = xs[0]
     D, L = (xs[2], xs[1]) if channels_last else (xs[1], xs[2])
     dim_axis = 2 if channels_last else 1
-    W = check_weight(weight, bias, D, conv, _weight_hint(weight, xs, dim_axis, channels_last, conv))
+    W = check_weight(weight, bias, D, conv,
+                     lambda: _layout_hint("x", xs, dim_axis, shape_of(weight)[0], channels_last, conv))
     if residual is not None:
         check_float("residual", residual)
         check_same_dtype("residual", residual, x, conv)
@@ -244,8 +243,7 @@ def check_varlen(x, weight, bias, cu_seqlens, initial_states, activation, conv=J
     """causal_conv1d_varlen's arguments; returns the activation."""
     activation = check_activation(activation)
     check_float("x", x)
-    check_rank("x", x, 2, "(total_tokens, dim)")
-    T, D = shape_of(x)
+    T, D = check_rank("x", x, 2, "(total_tokens, dim)")
     W = check_weight(weight, bias, D, conv)
     N = check_cu_seqlens(cu_seqlens, T, conv)
     if initial_states is not None:
@@ -259,8 +257,7 @@ def check_varlen_states(x, cu_seqlens, state_len, channels_last=False, conv=JAX)
     """causal_conv1d_varlen_states' arguments; returns the output shape,
     (N, D, state_len), or (N, state_len, D) when channels-last."""
     check_float("x", x)
-    check_rank("x", x, 2, "(total_tokens, dim)")
-    T, D = shape_of(x)
+    T, D = check_rank("x", x, 2, "(total_tokens, dim)")
     N = check_cu_seqlens(cu_seqlens, T, conv)
     if isinstance(state_len, bool) or not isinstance(state_len, (int, np.integer)) or state_len < 0:
         raise ValueError(f"state_len must be a non-negative int, got {state_len!r}")
@@ -282,12 +279,12 @@ def check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices,
         raise ValueError(f"x must have rank 2 (batch, dim) or 3 {layout}, got shape {fmt(xs)}")
     dim_axis = 2 if channels_last and len(xs) == 3 else 1
     B, D = xs[0], xs[dim_axis]
-    W = check_weight(weight, bias, D, conv, _weight_hint(weight, xs, dim_axis, channels_last, conv))
+    W = check_weight(weight, bias, D, conv,
+                     lambda: _layout_hint("x", xs, dim_axis, shape_of(weight)[0], channels_last, conv))
     check_float("conv_state", conv_state)
     check_same_dtype("conv_state", conv_state, x, conv)
     layout = "(num_slots, state_len, dim)" if channels_last else "(num_slots, dim, state_len)"
-    check_rank("conv_state", conv_state, 3, layout)
-    ss = shape_of(conv_state)
+    ss = check_rank("conv_state", conv_state, 3, layout)
     N, SL, Ds = (ss[0], ss[1], ss[2]) if channels_last else (ss[0], ss[2], ss[1])
     if Ds != D:
         want = f"(num_slots, state_len, {D})" if channels_last else f"(num_slots, {D}, state_len)"

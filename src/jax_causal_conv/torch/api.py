@@ -7,8 +7,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from .. import validation as V
-from . import direct, ops
-from .kernels import for_device
+from . import direct, impl, ops
+from .kernels import for_tensor
 from .layout import for_kernel, is_channel_last, is_dense, tokens_for_kernel
 
 __all__ = ["causal_conv1d_fn", "causal_conv1d_update", "causal_conv1d_varlen_states"]
@@ -66,7 +66,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
     B, D, L = x.shape
     if final_states_out is not None:
         V.check_states("final_states_out", final_states_out, x, B, D, weight.shape[1], False, TORCH)
-    k = for_device(x.device)
+    k = for_tensor(x)
     cl = is_channel_last(x)
     x = for_kernel(x, cl, k.strided_x)  # Mamba's xz.chunk(2, dim=1) halves need no copy
     if initial_states is not None:
@@ -78,12 +78,15 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
         scl = cl  # Dao: final states follow x
     args = (x, weight.contiguous(), _contiguous(bias), _contiguous(seq_idx), initial_states,
             bool(return_final_states), 1 if act else 0, cl, scl)
-    if direct.allowed(args[:5] + (final_states_out,)):
+    route = direct.path(args[:5] + (final_states_out,))
+    if route == direct.PLAIN:
         out = (final_states_out if final_states_out is not None
                and is_dense(final_states_out, scl) else None)
-        y, fs = ops.forward(*args, final_states_out=out)
+        y, fs = impl.forward(*args, final_states_out=out)
         if out is not None:  # written by the kernel
             direct.bump_version(out)
+    elif route == direct.AUTOGRAD:
+        y, fs = direct.EagerConv.apply(*args)
     else:
         y, fs = ops.fwd_op(*args)
     if not return_final_states:
@@ -112,19 +115,22 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
                  ("cache_seqlens", cache_seqlens), ("conv_state_indices", conv_state_indices)))
     act = V.check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices,
                          activation, False, TORCH)
-    k = for_device(x.device)
-    squeeze = x.dim() == 2
-    x3 = x.unsqueeze(-1) if squeeze else x
+    k = for_tensor(x)
     cl = k.channels_last_decode and is_channel_last(conv_state)
     # The kernels need the state dense in one of their layouts; otherwise
     # they work on a dense copy, written back (a strided pool is rare).
     state = conv_state if is_dense(conv_state, cl) else for_kernel(conv_state, cl)
-    args = (for_kernel(x3, cl, k.strided_x), state, weight.contiguous(), _contiguous(bias),
-            1 if act else 0, _contiguous(cache_seqlens), _contiguous(conv_state_indices), cl)
-    y = direct.call(ops.update_op, ops.update, args, mutated=state)
+    x = tokens_for_kernel(x, k.strided_x) if x.dim() == 2 else for_kernel(x, cl, k.strided_x)
+    args = (x, state, weight.contiguous(), _contiguous(bias), 1 if act else 0,
+            _contiguous(cache_seqlens), _contiguous(conv_state_indices), cl)
+    if direct.path(args[:4] + args[5:7]) == direct.PLAIN:  # (not differentiable)
+        y = impl.update(*args)
+        direct.bump_version(state)
+    else:
+        y = ops.update_op(*args)
     if state is not conv_state:
         conv_state.copy_(state)
-    return y.squeeze(-1) if squeeze else y
+    return y
 
 
 def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
@@ -138,6 +144,9 @@ def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
     """
     _tensors(x, (("cu_seqlens", cu_seqlens),))
     V.check_varlen_states(x, cu_seqlens, state_len, False, TORCH)
-    k = for_device(x.device)
-    args = (tokens_for_kernel(x, k.strided_x), cu_seqlens.int().contiguous(), int(state_len), k.channels_last_decode)
-    return direct.call(ops.varlen_states_op, ops.varlen_states, args)
+    k = for_tensor(x)
+    args = (tokens_for_kernel(x, k.strided_x), cu_seqlens.int().contiguous(), int(state_len),
+            k.channels_last_decode)
+    if direct.path(args[:2]) == direct.PLAIN:
+        return impl.varlen_states(*args)
+    return ops.varlen_states_op(*args)

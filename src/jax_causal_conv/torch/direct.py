@@ -1,17 +1,30 @@
-"""The eager shortcut past torch's dispatcher.
+"""The eager shortcuts past torch's dispatcher.
 
 A custom op call goes through the dispatcher and the custom-op machinery
-before the kernel launches, host time that dominates small calls (a decode
-step). When nothing needs that machinery -- no tensor that autograd must
-track, no tracing (torch.compile, fake or other tensor subclasses), no
-functorch transform, no dispatch mode -- the op's plain implementation runs
-directly; otherwise the op does. Both give the same results.
+(and, under autograd, its autograd wrapper) before the kernel launches:
+host time that dominates small calls such as a decode step. Eager calls
+that need none of it skip it:
+
+- PLAIN: no tensor that autograd must track, and nothing that intercepts
+  ops (tracing, fake or other tensor subclasses, functorch transforms,
+  dispatch modes): the plain implementation runs directly.
+- AUTOGRAD: the same, except that autograd must track the call: the plain
+  implementations run inside ``EagerConv``, a ``torch.autograd.Function``
+  with the custom op's formulas (impl.conv_backward).
+- OP: anything else goes through the custom op.
+
+All three give the same results.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from . import impl
+
+OP, PLAIN, AUTOGRAD = 0, 1, 2
 
 # (private hooks; without any of them every call takes the op)
 _functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", None)
@@ -21,30 +34,47 @@ _is_compiling = getattr(torch.compiler, "is_compiling", None)
 AVAILABLE = None not in (_functorch_level, _dispatch_depth, _increment_version, _is_compiling)
 
 
-def allowed(tensors) -> bool:
-    """Whether the plain implementation may run for these tensors (None
-    entries are skipped)."""
+def path(tensors) -> int:
+    """How a call on these tensors (None entries skipped) runs."""
     if not AVAILABLE or _is_compiling() or _functorch_level() is not None or _dispatch_depth():
-        return False
+        return OP
     grad = torch.is_grad_enabled()
+    tracked = False
     for t in tensors:
-        if t is not None and (type(t) is not Tensor or (grad and t.requires_grad)):
-            return False
-    return True
-
-
-def call(op, impl, args, mutated=None):
-    """op(*args), or impl(*args) when allowed. `mutated`: the tensor the op
-    writes in place; its version counter is bumped as the op's would be (so
-    autograd still refuses graphs that saved its old value)."""
-    if not allowed([a for a in args if isinstance(a, Tensor)]):
-        return op(*args)
-    out = impl(*args)
-    if mutated is not None:
-        _increment_version(mutated)
-    return out
+        if t is not None:
+            if type(t) is not Tensor:
+                return OP
+            tracked = tracked or (grad and t.requires_grad)
+    return AUTOGRAD if tracked else PLAIN
 
 
 def bump_version(t: Tensor):
-    """Record that a plain implementation wrote `t` in place."""
+    """Record that a plain implementation wrote `t` in place (as the op's
+    mutation would), so autograd still refuses graphs that saved its old value."""
     _increment_version(t)
+
+
+def _run_backward(*args):
+    if path(args[:7]) == PLAIN:
+        return impl.backward(*args)
+    return torch.ops.jax_causal_conv.causal_conv1d_bwd(*args)  # e.g. under a dispatch mode
+
+
+class EagerConv(torch.autograd.Function):
+    """The forward op's autograd, eagerly: apply(*the op's arguments) ->
+    (y, final_states or None)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, seq_idx, initial_states, return_final_states, activation,
+                channels_last, states_channels_last):
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, weight, bias, seq_idx, initial_states)
+        ctx.flags = (return_final_states, activation, channels_last, states_channels_last)
+        return impl.forward(x, weight, bias, seq_idx, initial_states, return_final_states,
+                            activation, channels_last, states_channels_last)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dy, dfs):
+        dx, dw, db, di = impl.conv_backward(_run_backward, ctx.saved_tensors, ctx.flags, dy, dfs)
+        return dx, dw, db, None, di, None, None, None, None

@@ -38,12 +38,17 @@ class Kernels:
         otherwise x is made dense first.
     channels_last_decode: ``update`` and ``varlen_states`` take a
         ``channels_last`` flag (states (N, state_len, D)).
+    compact_args: the entry points also take weight as (D, W), bias as
+        (D,), and update's x and y as (B, D) for one token (the module says
+        so with ``compact_args = True``); otherwise they get the rank-3/2/3
+        views, each a view op on the host.
     """
 
     def __init__(self, mod, cuda: bool):
         self.mod = mod
         self.cuda = cuda
         self.strided_x = bool(getattr(mod, "strided_x", False))
+        self.compact_args = bool(getattr(mod, "compact_args", False))
         self.channels_last_decode = (_takes(mod.update, "channels_last")
                                      and _takes(mod.varlen_states, "channels_last"))
 
@@ -58,6 +63,15 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
     (lambda index: torch.cuda.current_stream(index).cuda_stream)
 _current_device = getattr(torch._C, "_cuda_getDevice", None) or \
     (lambda: torch.cuda.current_device())
+
+
+def for_tensor(t: torch.Tensor) -> Kernels:
+    """The kernels for t's device (is_cpu/is_cuda: cheaper than t.device)."""
+    if t.is_cpu:
+        return CPU
+    if t.is_cuda and CUDA is not None:
+        return CUDA
+    return for_device(t.device)
 
 
 def for_device(device: torch.device) -> Kernels:
@@ -79,14 +93,26 @@ def cap(t):
     return None if t is None else to_dlpack(t)
 
 
-def launch(k: Kernels, device: torch.device, fn, *args, **kwargs):
+def weight_cap(k: Kernels, weight):
+    """weight (D, W) as the entry points take it: (groups=1, D, W) unless compact."""
+    return to_dlpack(weight if k.compact_args else weight.unsqueeze(0))
+
+
+def bias_cap(k: Kernels, bias):
+    """bias (D,) as the entry points take it: (groups=1, D) unless compact."""
+    if bias is None:
+        return None
+    return to_dlpack(bias if k.compact_args else bias.unsqueeze(0))
+
+
+def launch(k: Kernels, like: torch.Tensor, fn, *args, **kwargs):
     """fn(*args, **kwargs), an entry point of k.mod (tensors already
-    capsules); on CUDA on the current stream of `device`, made the current
-    device for the call if it is not."""
+    capsules); on CUDA on the current stream of the device of `like`, made
+    the current device for the call if it is not."""
     if not k.cuda:
         return fn(*args, **kwargs)
-    index = device.index
-    if index is None or index == _current_device():
-        return fn(*args, **kwargs, stream=_raw_stream(_current_device() if index is None else index))
+    index = like.get_device()
+    if index == _current_device():
+        return fn(*args, **kwargs, stream=_raw_stream(index))
     with torch.cuda.device(index):
         return fn(*args, **kwargs, stream=_raw_stream(index))

@@ -24,9 +24,8 @@ def empty(b: int, c: int, n: int, channel_last: bool, dtype, device) -> Tensor:
     view (a custom op's outputs must not be views, or in-place updates of
     them fail under autograd), and its strides depend only on the
     arguments, so an op's fake and real implementations agree."""
-    if channel_last:
-        return torch.empty_strided((b, c, n), (n * c, 1, c), dtype=dtype, device=device)
-    return torch.empty((b, c, n), dtype=dtype, device=device)
+    strides = (n * c, 1, c) if channel_last else (c * n, n, 1)
+    return torch.empty_strided((b, c, n), strides, dtype=dtype, device=device)
 
 
 def is_dense(t: Tensor, channel_last: bool) -> bool:
