@@ -142,14 +142,18 @@ CHANNELS_LAST_DECODE = pytest.mark.skipif(
 class EntrySpy:
     """Stands in for a compiled module: records, per call of an entry point,
     the tensors it receives (torch views of the capsules: same memory, same
-    strides), then calls the real entry point. With `densify`, arrays the
-    real module cannot read yet (strided) are handed to it as dense copies,
-    so the Python side can be tested before the kernels support them."""
+    strides), then calls the real entry point with them, as `adapt` leaves
+    them. With `densify`, arrays the real module cannot read yet (strided)
+    are handed to it as dense copies, so the Python side can be tested
+    before the kernels support them."""
 
     def __init__(self, mod, densify=False):
         self._mod = mod
         self._densify = densify
         self.calls = []
+
+    def adapt(self, name, args):
+        return [a.contiguous() if self._densify and isinstance(a, torch.Tensor) else a for a in args]
 
     def __getattr__(self, name):
         real = getattr(self._mod, name)
@@ -159,8 +163,7 @@ class EntrySpy:
         def entry(*args, **kwargs):
             seen = [from_dlpack(a) if type(a).__name__ == "PyCapsule" else a for a in args]
             self.calls.append((name, seen))
-            fwd = [to_dlpack(a.contiguous() if self._densify else a) if isinstance(a, torch.Tensor)
-                   else a for a in seen]
+            fwd = [to_dlpack(a) if isinstance(a, torch.Tensor) else a for a in self.adapt(name, seen)]
             return real(*fwd, **kwargs)
 
         return entry
@@ -168,6 +171,24 @@ class EntrySpy:
     def received(self, name, index):
         """The tensor argument `index` of the last call of entry point `name`."""
         return [c for c in self.calls if c[0] == name][-1][1][index]
+
+
+class CompactArgsEmulator(EntrySpy):
+    """A module that takes weight (D, W), bias (D,) and one-token update x
+    and y (B, D) (``compact_args``), emulated on the real entry points by
+    adding the unit axes they expect."""
+
+    _GROUPED = {"fwd": (1, 2), "bwd": (1, 2, 9, 10), "bwd_workspace_bytes": (1, 2),
+                "update": (2, 3)}  # weight-like and bias-like arguments
+
+    def adapt(self, name, args):
+        args = list(args)
+        for i in self._GROUPED.get(name, ()):
+            if args[i] is not None and args[i].dim() in (1, 2):
+                args[i] = args[i].unsqueeze(0)
+        if name == "update" and args[0].dim() == 2:
+            args[0], args[6] = args[0].unsqueeze(-1), args[6].unsqueeze(-1)
+        return args
 
 
 class ChannelsLastDecodeEmulator(EntrySpy):
@@ -201,6 +222,23 @@ class ChannelsLastDecodeEmulator(EntrySpy):
         self._mod.varlen_states(to_dlpack(seen[0]), to_dlpack(seen[1]), to_dlpack(tmp), **kw)
         if channels_last:
             out.copy_(tmp.transpose(1, 2))
+
+
+@pytest.fixture(params=["native", "emulated"])
+def compact_args(request):
+    """The compiled CPU module as it is, and one that takes compact
+    arguments (emulated when it does not)."""
+    k = kernels.CPU
+    if request.param == "native":
+        yield k
+        return
+    real_mod, real_flag = k.mod, k.compact_args
+    k.mod = EntrySpy(real_mod) if real_flag else CompactArgsEmulator(real_mod)
+    k.compact_args = True
+    try:
+        yield k
+    finally:
+        k.mod, k.compact_args = real_mod, real_flag
 
 
 @pytest.fixture(params=["native", "emulated"])
