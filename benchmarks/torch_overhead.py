@@ -3,6 +3,15 @@ own op bindings and (when importable) Dao-AILab's ``causal_conv1d``.
 
     python -m benchmarks.torch_overhead --device cuda     # on a GPU machine
     python -m benchmarks.torch_overhead --device cpu
+    python -m benchmarks.torch_overhead --device cuda --large 1,8192,2048
+
+With ``--large B,L,D`` it times instead one channel-last bfloat16 forward of
+that size (W=4, SiLU, no grad) three ways: waiting for each call (what
+benchmarks/bench_torch.py reports: host time before the launch counts),
+back to back (CUDA events around many calls: the device's time per call
+once the host keeps ahead), and the host time of one call; for the adapter,
+F.conv1d and Dao's causal_conv1d_fn, and jax_causal_conv through JAX when
+JAX has a GPU (run it with XLA_PYTHON_CLIENT_PREALLOCATE=false).
 
 Tensors are tiny, so the kernels' own time is negligible and what is timed
 is the host's: argument checks, allocations, the dispatcher (or its bypass)
@@ -114,6 +123,91 @@ def _time(torch, fn, sync, calls, rounds):
     return med, p90, prof_us
 
 
+def _large(torch, shape, calls):
+    """Rows (impl, waited us, back-to-back us, host us) for a channel-last
+    bf16 forward of shape (B, L, D)."""
+    import torch.nn.functional as F
+
+    import jax_causal_conv.torch as jt
+
+    B, L, D = shape
+    W = 4
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(B, L, D, generator=gen).to("cuda", torch.bfloat16).transpose(1, 2)
+    w = torch.randn(D, W, generator=gen).to("cuda", torch.bfloat16)
+    b = torch.randn(D, generator=gen).to("cuda", torch.bfloat16)
+    impls = {"jax_causal_conv.torch": lambda: jt.causal_conv1d_fn(x, w, b, activation="silu"),
+             "F.conv1d": lambda: F.conv1d(x, w[:, None], b, padding=W - 1, groups=D)}
+    try:
+        from causal_conv1d import causal_conv1d_fn as dao_fn
+
+        impls["Dao causal_conv1d_fn"] = lambda: dao_fn(x, w, b, activation="silu")
+    except Exception:
+        pass
+    sync = torch.cuda.synchronize
+    rows = []
+    for name, fn in impls.items():
+        rows.append((name, *_three_ways(fn, sync, calls, _cuda_events(torch))))
+    try:  # the same call through JAX, when it sees a GPU
+        import jax
+        import jax.numpy as jnp
+
+        import jax_causal_conv as jcc
+
+        if jax.default_backend() == "gpu":
+            xj = jnp.asarray(x.float().cpu().numpy().transpose(0, 2, 1), jnp.bfloat16)
+            wj, bj = (jnp.asarray(t.float().cpu().numpy(), jnp.bfloat16) for t in (w, b))
+            f = jax.jit(lambda x: jcc.causal_conv1d(x, wj, bj, activation="silu", channels_last=True))
+            last = [f(xj)]
+
+            def call():
+                last[0] = f(xj)
+
+            rows.append(("jax_causal_conv (JAX)",
+                         *_three_ways(call, lambda: last[0].block_until_ready(), calls, None)))
+    except ImportError:
+        pass
+    return rows
+
+
+def _cuda_events(torch):
+    def timer(fn, n):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / n
+    return timer
+
+
+def _three_ways(fn, sync, calls, device_timer):
+    """(waited, back-to-back, host) microseconds per call: medians of calls
+    each followed by sync(); device time per call over `calls` calls in a
+    row (wall time when no device timer); host time of one call."""
+    for _ in range(10):
+        fn()
+    sync()
+    waited, host = [], []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        fn()
+        t1 = time.perf_counter_ns()
+        sync()
+        waited.append(time.perf_counter_ns() - t0)
+        host.append(t1 - t0)
+    if device_timer is not None:
+        row = device_timer(fn, calls)
+    else:
+        t0 = time.perf_counter_ns()
+        for _ in range(calls - 1):
+            fn()
+        sync()
+        row = (time.perf_counter_ns() - t0) / calls / 1e3
+    return statistics.median(waited) / 1e3, row, statistics.median(host) / 1e3
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,12 +216,25 @@ def main(argv=None):
     p.add_argument("--calls", type=int, default=2000, help="calls per round (default 2000)")
     p.add_argument("--rounds", type=int, default=5, help="rounds (default 5)")
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.add_argument("--large", metavar="B,L,D", help="time one large channel-last bf16 forward "
+                   "instead (CUDA only), e.g. 1,8192,2048")
     args = p.parse_args(argv)
 
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_overhead: --device cuda, but torch sees no CUDA device")
+    if args.large:
+        if args.device != "cuda":
+            raise SystemExit("torch_overhead: --large needs --device cuda")
+        shape = tuple(int(v) for v in args.large.split(","))
+        print(f"channel-last bfloat16 forward, (B, L, D) = {shape}, W=4, SiLU, "
+              f"{torch.cuda.get_device_name()}, torch {torch.__version__}; us per call")
+        print(f"{'implementation':<26} {'waited':>9} {'back-to-back':>13} {'host':>8}")
+        with torch.no_grad():
+            for name, waited, row, host in _large(torch, shape, min(args.calls, 200)):
+                print(f"{name:<26} {waited:9.1f} {row:13.1f} {host:8.1f}")
+        return
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     if args.device == "cpu":  # intra-op worker threads of one case would steal cores from the next
         torch.set_num_threads(1)
