@@ -11,14 +11,14 @@ benchmarks/bench_torch.py reports: host time before the launch counts),
 back to back (CUDA events around many calls: the device's time per call
 once the host keeps ahead), and the host time of one call; for the adapter,
 F.conv1d and Dao's causal_conv1d_fn, and jax_causal_conv through JAX when
-JAX has a GPU (run it with XLA_PYTHON_CLIENT_PREALLOCATE=false).
+JAX has a GPU (sharing the device: JAX's preallocation is turned off).
 
 Tensors are tiny, so the kernels' own time is negligible and what is timed
 is the host's: argument checks, allocations, the dispatcher (or its bypass)
 and the launch. Each call is timed alone with ``time.perf_counter_ns``
 (no synchronisation inside the timed region; the device is synchronised
-between rounds; on CPU torch runs one intra-op thread), and the median and 90th percentile over all calls are
-reported, together with the CPU time per call that ``torch.profiler`` sees
+between rounds; on CPU torch runs one intra-op thread), and the median and
+90th percentile over all calls are reported, together with the CPU time per call that ``torch.profiler`` sees
 for the same calls (a ``record_function`` range around each). No result is
 asserted: this prints a table (markdown with ``--markdown``).
 """
@@ -26,6 +26,7 @@ asserted: this prints a table (markdown with ``--markdown``).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -225,6 +226,8 @@ def main(argv=None):
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_overhead: --device cuda, but torch sees no CUDA device")
     if args.large:
+        # JAX's backend starts at its first array: let it share the GPU with torch
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         if args.device != "cuda":
             raise SystemExit("torch_overhead: --large needs --device cuda")
         shape = tuple(int(v) for v in args.large.split(","))

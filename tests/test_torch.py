@@ -10,7 +10,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import jax_causal_conv.torch as jt  # noqa: E402
-from jax_causal_conv.torch import direct, ops  # noqa: E402
 from jax_causal_conv.torch.layout import is_channel_last  # noqa: E402
 from torch_support import (DEVICES, DTYPES, HAS_CUDA, close, kernels, make_seq_idx,  # noqa: E402
                            make_x, skip_f64_on_gpu)

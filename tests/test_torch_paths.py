@@ -149,3 +149,24 @@ def test_compact_arguments(compact_args):
             assert compact_args.mod.received("update", 0).dim() == xt.dim()
             assert compact_args.mod.received("update", 6).dim() == xt.dim()
     torch.testing.assert_close(state, state_ref, rtol=0, atol=0)
+
+
+def test_serving_under_inference_mode():
+    """Decode and prefill under torch.inference_mode (inference tensors have
+    no version counter to bump)."""
+    gen = torch.Generator().manual_seed(14)
+    w = torch.randn(8, 4, generator=gen)
+    outer_state = torch.randn(2, 8, 3, generator=gen)
+    ref_state = outer_state.clone()
+    with torch.inference_mode():
+        state = torch.randn(2, 8, 3, generator=gen)
+        x = torch.randn(2, 8, generator=gen)
+        close(jt.causal_conv1d_update(x, state.clone(), w), jt.causal_conv1d_update_ref(x, state, w),
+              torch.float32)
+        jt.causal_conv1d_update(x, outer_state, w)
+        out = torch.empty(2, 8, 3)
+        _, fs = jt.causal_conv1d_fn(torch.randn(2, 8, 5, generator=gen), w, return_final_states=True,
+                                    final_states_out=out)
+        assert fs is out
+    jt.causal_conv1d_update_ref(x, ref_state, w)
+    torch.testing.assert_close(outer_state, ref_state, rtol=0, atol=0)
