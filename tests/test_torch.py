@@ -1,9 +1,10 @@
 """jax_causal_conv.torch (the Dao-compatible PyTorch adapter) against the
 plain-torch references: forward over dtypes x widths x layouts x seq_idx x
 states, gradients (and gradcheck in float64), the in-place decode update,
-varlen states, torch.compile(fullgraph=True), torch.library.opcheck and bad
-input. Skipped without torch; the CUDA cases are skipped without a CUDA device
-and a _jcc_cuda module that has the DLPack entry points."""
+varlen states and torch.compile(fullgraph=True). Skipped without torch; the
+CUDA cases (gpu mark) are skipped without a CUDA device and a _jcc_cuda
+module that has the DLPack entry points. Dao 1.7 fidelity, bad input and
+the dispatcher shortcuts have their own files (test_torch_*.py)."""
 
 import pytest
 

@@ -112,18 +112,17 @@ SEQ_IDX_TABLE = {
 
 
 def kernels_have_spec_seq_idx() -> bool:
-    """seq_idx with initial_states and final states, padding ids -> zero
-    output: the SPEC's semantics, as the kernels implement them now."""
-    x = torch.arange(1.0, 7.0).reshape(1, 1, 6)
-    w, b = torch.ones(1, 3), torch.ones(1)
-    s = torch.tensor([[0, -1, 0, 1, 1, -1]], dtype=torch.int32)
-    h = torch.full((1, 1, 2), 10.0)
+    """Whether the kernels take seq_idx together with initial_states (the
+    SPEC's semantics land with that): the tests then check the values, so a
+    wrong kernel fails them instead of skipping them."""
+    x, w = torch.ones(1, 1, 4), torch.ones(1, 3)
+    s = torch.tensor([[0, -1, 0, 1]], dtype=torch.int32)
     try:
-        got = jt.causal_conv1d_fn(x, w, b, seq_idx=s, initial_states=h, return_final_states=True)
+        jt.causal_conv1d_fn(x, w, seq_idx=s, initial_states=torch.ones(1, 1, 2),
+                            return_final_states=True)
     except ValueError:
         return False
-    want = spec_conv(x.numpy(), w.numpy(), b.numpy(), None, s.numpy(), h.numpy())
-    return all(np.allclose(g.numpy(), v) for g, v in zip(got, want))
+    return True
 
 
 SPEC_SEQ_IDX = pytest.mark.skipif(

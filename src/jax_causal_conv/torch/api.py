@@ -68,7 +68,8 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None,
         V.check_states("final_states_out", final_states_out, x, B, D, weight.shape[1], False, TORCH)
     k = for_tensor(x)
     cl = is_channel_last(x)
-    x = for_kernel(x, cl, k.strided_x)  # Mamba's xz.chunk(2, dim=1) halves need no copy
+    # a strided x (Mamba's xz.chunk(2, dim=1) halves) as it is where the module allows
+    x = for_kernel(x, cl, k.strided_x)
     if initial_states is not None:
         scl = is_channel_last(initial_states)
         initial_states = for_kernel(initial_states, scl)
