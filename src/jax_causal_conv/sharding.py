@@ -29,8 +29,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import _validate as V
 from . import reference
+from . import validation as V
 from .conv import causal_conv1d, causal_conv1d_varlen
 from .decode import causal_conv1d_update, causal_conv1d_varlen_states
 
