@@ -1,5 +1,7 @@
-"""Device time of our backward kernels (profiler), for kernel development:
-    python3 tools/bwd_probe.py"""
+"""Probe: device time of our backward kernels under the JAX profiler (GPU).
+
+From the repository root on a GPU machine:
+    PYTHONPATH=src:. python3 -m benchmarks.probes.bwd_probe"""
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,8 @@
-"""Decode update: does the donated state keep its buffer (no copy), and what
-does the kernel alone cost? Run under ncu for the kernel times:
-    ncu --kernel-name regex:Update --metrics gpu__time_duration.sum python3 tools/decode_kernel_probe.py"""
+"""Probe: does the donated decode state keep its buffer; what does the update kernel cost? (GPU)
+
+Run under Nsight Compute for the kernel times, from the repository root:
+    PYTHONPATH=src:. ncu --kernel-name regex:Update --metrics gpu__time_duration.sum \
+        python3 -m benchmarks.probes.decode_kernel_probe"""
 import functools
 
 import jax

@@ -1,7 +1,8 @@
-"""Host side of the decode step and the decode scan: back-to-back times and
-the costliest host trace events, for ours and the same-bytes XLA yardstick.
-Run it under different XLA_FLAGS to compare runtime options.
-    python3 tools/host_probe.py [decode] [scan]"""
+"""Probe: host side of the decode step and scan, ours against the XLA yardstick (GPU).
+
+Back-to-back times and the costliest host trace events; run it under different
+XLA_FLAGS to compare runtime options. From the repository root:
+    PYTHONPATH=src:. python3 -m benchmarks.probes.host_probe [decode] [scan]"""
 import sys
 
 import jax

@@ -1,7 +1,7 @@
-"""Device-side timelines from the JAX profiler: which kernels a jitted program
-runs, how long each takes on the GPU, and the gaps between them. For kernel
-work, not the recorded benchmark.
-    python3 tools/trace_probe.py [decode | decode-more] [small] [conv] [scan]"""
+"""Probe: device timelines from the JAX profiler: kernels, their times and gaps (GPU).
+
+For kernel work, not the recorded benchmark. From the repository root:
+    PYTHONPATH=src:. python3 -m benchmarks.probes.trace_probe [decode | decode-more] [small] [conv] [scan]"""
 import statistics
 import sys
 
