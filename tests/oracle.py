@@ -1,4 +1,4 @@
-"""Independent float64 numpy loops written straight from SPEC.md's formulas,
+"""Independent float64 numpy loops written straight from docs/semantics.md's formulas,
 sharing no code with jax_causal_conv. Layout: (B, D, L) only; tests transpose."""
 
 import numpy as np

@@ -2,6 +2,11 @@
 
 From the repository root on a GPU machine:
     PYTHONPATH=src:. python3 -m benchmarks.probes.bwd_probe"""
+import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
 
 import jax
 import jax.numpy as jnp

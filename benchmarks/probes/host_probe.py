@@ -5,6 +5,10 @@ XLA_FLAGS to compare runtime options. From the repository root:
     PYTHONPATH=src:. python3 -m benchmarks.probes.host_probe [decode] [scan]"""
 import sys
 
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
+
 import jax
 import jax.numpy as jnp
 import numpy as np

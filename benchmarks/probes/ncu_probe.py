@@ -5,6 +5,12 @@ From the repository root:
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis \
         python3 -m benchmarks.probes.ncu_probe"""
+import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
+
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -2,8 +2,13 @@
 
 For kernel work, not the recorded benchmark. From the repository root:
     PYTHONPATH=src:. python3 -m benchmarks.probes.trace_probe [decode | decode-more] [small] [conv] [scan]"""
-import statistics
 import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
+
+import statistics
 
 import jax
 import jax.numpy as jnp

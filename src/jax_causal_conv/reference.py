@@ -1,4 +1,4 @@
-"""The same functions in plain jax.numpy: the semantics of SPEC.md, written as
+"""The same functions in plain jax.numpy: the semantics of docs/semantics.md, written as
 shifted sums. Used by the tests, and as the pure-XLA backend (``backend="xla"``)
 where no kernel exists; gradients come from JAX's autodiff."""
 

@@ -94,11 +94,17 @@ def _kernels(build):
                    "(a development build? tools/dev_build_cpu.sh builds it with JCC_CUDA=ON)")
 
 
-def diagnose() -> GpuStatus:
+def _build_info():
+    """What CMake recorded about this build (_build_info.py), or None."""
     try:
         from .. import _build_info as build
     except ImportError:  # a development build that did not copy it
-        build = None
+        return None
+    return build
+
+
+def diagnose() -> GpuStatus:
+    build = _build_info()
     loaded, detail = _kernels(build)
     names, ccs, err = _jax_gpus()
     problem = None
