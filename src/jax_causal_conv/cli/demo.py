@@ -37,8 +37,9 @@ def add_parser(sub):
     p.add_argument("--width", type=int, default=None,
                    help=f"conv kernel size W ({FULL['width']})")
     p.add_argument("--dim", type=int, default=None, help=f"model width D ({FULL['dim']})")
-    p.add_argument("--batch", type=int, default=None, help=f"({FULL['batch']})")
-    p.add_argument("--seq-len", type=int, default=None, help=f"({FULL['seq_len']})")
+    p.add_argument("--batch", type=int, default=None, help=f"sequences per step ({FULL['batch']})")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help=f"tokens per sequence ({FULL['seq_len']})")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--generate", type=int, default=None,
                    help=f"bytes to generate ({FULL['generate']})")
