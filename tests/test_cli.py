@@ -14,7 +14,6 @@ jax = pytest.importorskip("jax")
 pytest.importorskip("flax")
 pytest.importorskip("optax")
 
-import jax.numpy as jnp  # noqa: E402
 
 import jax_causal_conv as jcc  # noqa: E402
 from jax_causal_conv.__main__ import main  # noqa: E402

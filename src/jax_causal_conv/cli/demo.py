@@ -19,7 +19,6 @@ from typing import Any, List, Optional
 DEFAULT_TEXT = "lighthouse.txt"
 PROMPT = "Every evening "
 
-
 # --quick: a run of a few seconds on a CPU (CI runs it); explicit options win.
 FULL = dict(steps=300, layers=4, width=4, dim=128, batch=16, seq_len=128, generate=240)
 QUICK = dict(steps=40, layers=2, width=4, dim=64, batch=8, seq_len=64, generate=80)
