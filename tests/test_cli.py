@@ -14,11 +14,9 @@ jax = pytest.importorskip("jax")
 pytest.importorskip("flax")
 pytest.importorskip("optax")
 
-
 import jax_causal_conv as jcc  # noqa: E402
 from jax_causal_conv.__main__ import main  # noqa: E402
 from jax_causal_conv.cli import bench_cmd, demo, gpu_status  # noqa: E402
-
 
 
 @pytest.fixture(scope="module")
