@@ -1,9 +1,11 @@
 """The command-line main job: demo training (in-process, few steps), cached
-generation == full recomputation, `info` in a subprocess, `bench` plumbing."""
+generation == full recomputation, progress in a log, `--quick`, `info` in a
+subprocess, the GPU diagnosis and its messages, `--help`, `bench` plumbing."""
 
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -12,12 +14,9 @@ jax = pytest.importorskip("jax")
 pytest.importorskip("flax")
 pytest.importorskip("optax")
 
-import jax.numpy as jnp  # noqa: E402
-
 import jax_causal_conv as jcc  # noqa: E402
 from jax_causal_conv.__main__ import main  # noqa: E402
-from jax_causal_conv.cli import bench_cmd, demo  # noqa: E402
-
+from jax_causal_conv.cli import bench_cmd, demo, gpu_status  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +65,128 @@ def test_info_subprocess(tmp_path):
     assert "FFI targets" in r.stdout
     for t in jcc.TARGETS:
         assert t in r.stdout
+    lines = {ln[2:18].strip(): ln[19:] for ln in r.stdout.splitlines()[1:]}  # "  key  value"
+    # JAX_PLATFORMS=cpu: no GPU, and the line says why
+    assert lines["GPU (JAX)"] == "JAX sees no GPU: JAX_PLATFORMS=cpu hides it (unset it)"
+    kernels = "loaded" if "cuda" in jcc.PLATFORMS else "not built"
+    assert lines["CUDA kernels"].startswith(kernels)
+    assert lines["our kernels run"] == "on cpu"
+
+
+def _fake_build(state, version="", archs=""):
+    return types.SimpleNamespace(CUDA_BUILD=state, CUDA_VERSION=version,
+                                 CUDA_ARCHITECTURES=archs)
+
+
+@pytest.fixture
+def no_gpu_here(monkeypatch):
+    """A machine whose JAX has no GPU, no CUDA plugin and our kernels absent."""
+    from jax_causal_conv._lowering import targets
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setattr(gpu_status, "_jax_gpus", lambda: ([], [], "Unknown backend gpu"))
+    monkeypatch.setattr(gpu_status, "_cuda_plugins", lambda: [])
+    monkeypatch.setattr(gpu_status, "_driver_cuda_version", lambda: None)
+    monkeypatch.setattr(gpu_status, "_build_info", lambda: _fake_build("nvcc-not-found"))
+    monkeypatch.setattr(targets, "_jcc_cuda", None)
+    return monkeypatch
+
+
+def _with_gpu(mp, cc=(9, 0), loaded=True, build=None, driver=13000):
+    from jax_causal_conv._lowering import targets
+    name = f"NVIDIA H100 80GB HBM3 (sm_{cc[0]}{cc[1]})"
+    mp.setattr(gpu_status, "_jax_gpus", lambda: ([name], [cc], None))
+    mp.setattr(gpu_status, "_cuda_plugins", lambda: ["jax-cuda13-plugin 0.10.2"])
+    mp.setattr(gpu_status, "_driver_cuda_version", lambda: driver)
+    mp.setattr(gpu_status, "_build_info",
+               lambda: build or _fake_build("built", "13.0.88", "80;90-real;100-real;120-real"))
+    mp.setattr(targets, "_jcc_cuda", object() if loaded else None)
+
+
+def test_gpu_status_says_why_and_how_to_fix(no_gpu_here):
+    mp = no_gpu_here
+    st = gpu_status.diagnose()
+    assert not st.gpus and not st.kernels_loaded
+    assert st.jax_problem.startswith("JAX sees no GPU: this jaxlib is CPU-only")
+    assert "pip install 'jax[cuda13]'" in st.jax_problem
+    assert "nvcc was not found" in st.kernels_detail
+    assert gpu_status.gpu_problem(st) == st.jax_problem      # the JAX side first
+    mp.setenv("JAX_PLATFORMS", "cpu")
+    assert "JAX_PLATFORMS=cpu hides it" in gpu_status.gpu_problem()
+    mp.delenv("JAX_PLATFORMS")
+    mp.setattr(gpu_status, "_cuda_plugins", lambda: ["jax-cuda12-plugin 0.10.2"])
+    assert "although jax-cuda12-plugin 0.10.2 is installed" in gpu_status.gpu_problem()
+    mp.setattr(gpu_status, "_build_info", lambda: _fake_build("disabled"))
+    assert "JAX_CAUSAL_CONV_CUDA=OFF" in gpu_status.diagnose().kernels_detail
+    mp.setattr(gpu_status, "_build_info", lambda: None)
+    assert "tools/dev_build_cpu.sh" in gpu_status.diagnose().kernels_detail
+
+
+def test_gpu_status_with_a_gpu(no_gpu_here):
+    mp = no_gpu_here
+    _with_gpu(mp)
+    st = gpu_status.diagnose()
+    assert st.gpus == ["NVIDIA H100 80GB HBM3 (sm_90)"] and st.kernels_loaded
+    assert st.kernels_detail == "loaded (built with CUDA 13.0.88 for 80;90-real;100-real;120-real)"
+    assert gpu_status.gpu_problem(st) is None
+    _with_gpu(mp, loaded=False, build=_fake_build("nvcc-not-found"))
+    p = gpu_status.gpu_problem()
+    assert p.startswith("JAX sees NVIDIA H100 80GB HBM3 (sm_90), but our CUDA kernels are not "
+                        "built: nvcc was not found")
+    _with_gpu(mp, loaded=False)                              # built, but the import failed
+    assert "built but failed to load" in gpu_status.gpu_problem()
+    _with_gpu(mp, cc=(7, 5))
+    assert "older than the kernels' minimum sm_80" in gpu_status.gpu_problem()
+    _with_gpu(mp, driver=12040)
+    assert gpu_status.gpu_problem().startswith("the NVIDIA driver supports CUDA 12.4, but these "
+                                               "kernels were built with CUDA 13.0.88")
+
+
+def test_demo_and_info_platform_gpu_fail_with_the_message(no_gpu_here, capsys):
+    assert main(["demo", "--platform", "gpu", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jax-causal-conv demo: --platform gpu: JAX sees no GPU: this jaxlib "
+                          "is CPU-only")
+    assert "Traceback" not in err
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "CPU-only; pip install 'jax[cuda13]'" in out and "nvcc was not found" in out
+    assert "our kernels run  on cpu\n" in out
+
+
+def test_help_parses_for_every_command(capsys):
+    for argv in (["--help"], ["demo", "--help"], ["info", "--help"], ["bench", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 0, argv
+        assert "usage: jax-causal-conv" in capsys.readouterr().out
+
+
+def test_demo_quick_preset_and_explicit_options_win():
+    from jax_causal_conv.__main__ import build_parser
+    a = demo.resolve(build_parser().parse_args(["demo", "--quick", "--steps", "5"]))
+    assert (a.steps, a.layers, a.dim, a.generate) == (5, demo.QUICK["layers"],
+                                                      demo.QUICK["dim"], demo.QUICK["generate"])
+    a = demo.resolve(build_parser().parse_args(["demo"]))
+    assert {k: getattr(a, k) for k in demo.FULL} == demo.FULL
+
+
+def test_demo_progress_in_a_log_is_plain_lines(capsys):
+    bar = demo._Progress(20)             # stdout is captured here: not a terminal
+    for i in range(1, 21):
+        bar.update(i, 5.0 - i / 10, 1234.0)
+    bar.close()
+    out = capsys.readouterr().out
+    assert "\r" not in out and "\x1b" not in out
+    lines = out.splitlines()
+    assert len(lines) == 10 and lines[-1] == "  step    20/20  loss  3.000      1,234 tok/s"
+
+
+def test_quick_demo_runs_end_to_end(capsys):
+    assert main(["--quick", "--platform", "cpu", "--steps", "12", "--generate", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "\r" not in out
+    assert "convolution by our FFI kernels" in out
+    assert "cached decoding vs full recomputation" in out and out.rstrip().endswith("OK")
 
 
 def test_bench_command(tmp_path, monkeypatch, capsys):
@@ -113,5 +234,5 @@ def test_main_defaults_to_demo(monkeypatch):
     seen = {}
     monkeypatch.setattr(demo, "run", lambda args: seen.setdefault("args", args) and 0)
     assert main(["--steps", "7", "--width", "3"]) == 0
-    a = seen["args"]
+    a = demo.resolve(seen["args"])
     assert (a.command, a.steps, a.width, a.layers, a.platform) == ("demo", 7, 3, 4, "auto")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kernel-development pass on the device: build, the GPU tests (three
 # processes), then the given probe commands one by one (timings on an idle
-# GPU). Logs in $OUT.   tools/dev_check.sh "python3 tools/x.py" ...
+# GPU). Logs in $OUT.   tools/dev_check.sh "python3 -m benchmarks.probes.trace_probe conv" ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1

@@ -1,5 +1,12 @@
-"""Device time of our backward kernels (profiler), for kernel development:
-    python3 tools/bwd_probe.py"""
+"""Probe: device time of our backward kernels under the JAX profiler (GPU).
+
+From the repository root on a GPU machine:
+    PYTHONPATH=src:. python3 -m benchmarks.probes.bwd_probe"""
+import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,14 @@
-"""Decode update: does the donated state keep its buffer (no copy), and what
-does the kernel alone cost? Run under ncu for the kernel times:
-    ncu --kernel-name regex:Update --metrics gpu__time_duration.sum python3 tools/decode_kernel_probe.py"""
+"""Probe: does the donated decode state keep its buffer; what does the update kernel cost? (GPU)
+
+Run under Nsight Compute for the kernel times, from the repository root:
+    PYTHONPATH=src:. ncu --kernel-name regex:Update --metrics gpu__time_duration.sum \
+        python3 -m benchmarks.probes.decode_kernel_probe"""
+import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
+
 import functools
 
 import jax

@@ -1,8 +1,13 @@
-"""Host side of the decode step and the decode scan: back-to-back times and
-the costliest host trace events, for ours and the same-bytes XLA yardstick.
-Run it under different XLA_FLAGS to compare runtime options.
-    python3 tools/host_probe.py [decode] [scan]"""
+"""Probe: host side of the decode step and scan, ours against the XLA yardstick (GPU).
+
+Back-to-back times and the costliest host trace events; run it under different
+XLA_FLAGS to compare runtime options. From the repository root:
+    PYTHONPATH=src:. python3 -m benchmarks.probes.host_probe [decode] [scan]"""
 import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
 
 import jax
 import jax.numpy as jnp

@@ -1,7 +1,16 @@
-"""One launch of each kernel of interest, for Nsight Compute:
-    ncu --kernel-name regex:'Stream|ClRow|UpdateVec|input_reduce_slice' \
+"""Probe: one launch of each kernel of interest, for Nsight Compute (GPU).
+
+From the repository root:
+    PYTHONPATH=src:. ncu --kernel-name regex:'Stream|ClRow|UpdateVec|input_reduce_slice' \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section MemoryWorkloadAnalysis python3 tools/ncu_probe.py"""
+        --section WarpStateStats --section MemoryWorkloadAnalysis \
+        python3 -m benchmarks.probes.ncu_probe"""
+import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
+
 import jax
 import jax.numpy as jnp
 import numpy as np

@@ -1,9 +1,14 @@
-"""Device-side timelines from the JAX profiler: which kernels a jitted program
-runs, how long each takes on the GPU, and the gaps between them. For kernel
-work, not the recorded benchmark.
-    python3 tools/trace_probe.py [decode | decode-more] [small] [conv] [scan]"""
-import statistics
+"""Probe: device timelines from the JAX profiler: kernels, their times and gaps (GPU).
+
+For kernel work, not the recorded benchmark. From the repository root:
+    PYTHONPATH=src:. python3 -m benchmarks.probes.trace_probe [decode | decode-more] [small] [conv] [scan]"""
 import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
+
+import statistics
 
 import jax
 import jax.numpy as jnp

@@ -14,7 +14,8 @@ def build_parser():
     from . import __version__
     p = argparse.ArgumentParser(
         prog="jax-causal-conv",
-        description="Causal depthwise conv1d for JAX. With no command, runs `demo`.")
+        description="Causal depthwise conv1d for JAX. With no command, runs `demo` "
+                    "(`python -m jax_causal_conv --quick`: a run of a few seconds).")
     p.add_argument("--version", action="version", version=f"jax-causal-conv {__version__}")
     sub = p.add_subparsers(dest="command", metavar="{demo,info,bench}")
     for name, mod in COMMANDS.items():

@@ -19,22 +19,41 @@ from typing import Any, List, Optional
 DEFAULT_TEXT = "lighthouse.txt"
 PROMPT = "Every evening "
 
+# --quick: a run of a few seconds on a CPU (CI runs it); explicit options win.
+FULL = dict(steps=300, layers=4, width=4, dim=128, batch=16, seq_len=128, generate=240)
+QUICK = dict(steps=40, layers=2, width=4, dim=64, batch=8, seq_len=64, generate=80)
+
 
 def add_parser(sub):
     p = sub.add_parser("demo", help="train a tiny causal-conv LM, generate, check the cache "
                                     "(the default command)")
-    p.add_argument("--steps", type=int, default=300, help="training steps (default 300)")
+    p.add_argument("--quick", action="store_true",
+                   help="a small model for a few seconds: " +
+                        ", ".join(f"{k}={v}" for k, v in QUICK.items()))
+    p.add_argument("--steps", type=int, default=None, help=f"training steps ({FULL['steps']})")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--layers", type=int, default=4, help="conv blocks (default 4)")
-    p.add_argument("--width", type=int, default=4, help="conv kernel size W (default 4)")
-    p.add_argument("--dim", type=int, default=128, help="model width D (default 128)")
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--layers", type=int, default=None, help=f"conv blocks ({FULL['layers']})")
+    p.add_argument("--width", type=int, default=None,
+                   help=f"conv kernel size W ({FULL['width']})")
+    p.add_argument("--dim", type=int, default=None, help=f"model width D ({FULL['dim']})")
+    p.add_argument("--batch", type=int, default=None, help=f"sequences per step ({FULL['batch']})")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help=f"tokens per sequence ({FULL['seq_len']})")
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--generate", type=int, default=240, help="bytes to generate")
+    p.add_argument("--generate", type=int, default=None,
+                   help=f"bytes to generate ({FULL['generate']})")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--platform", choices=["auto", "cpu", "gpu"], default="auto")
     return p
+
+
+def resolve(args):
+    """Fill the options left unset from the full or the --quick preset."""
+    preset = QUICK if getattr(args, "quick", False) else FULL
+    for k, v in preset.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
+    return args
 
 
 def load_text(name: str = DEFAULT_TEXT) -> bytes:
@@ -43,14 +62,17 @@ def load_text(name: str = DEFAULT_TEXT) -> bytes:
 
 
 def pick_device(platform: str):
+    """The device to run on; raises SystemExit with the reason (and its fix)
+    when the platform asked for is not there."""
     import jax
     if platform == "auto":
         return jax.devices()[0]
-    try:
-        devs = jax.devices(platform)
-    except RuntimeError as e:
-        raise SystemExit(f"jax-causal-conv demo: no {platform} device available ({e})")
-    return devs[0]
+    if platform == "gpu":
+        from .gpu_status import gpu_problem
+        problem = gpu_problem()
+        if problem is not None:
+            raise SystemExit(f"jax-causal-conv demo: --platform gpu: {problem}")
+    return jax.devices(platform)[0]
 
 
 def make_model(layers: int, width: int, dim: int, vocab: int = 256):
@@ -93,15 +115,39 @@ class TrainResult:
     device: Any
 
 
-def _progress(step, steps, loss, tps, final=False):
-    width = 24
-    done = int(width * step / max(steps, 1))
-    bar = "#" * done + "." * (width - done)
-    sys.stderr.write(f"\r  [{bar}] step {step:4d}/{steps}  loss {loss:6.3f}  "
-                     f"{tps:9,.0f} tok/s")
-    if final:
-        sys.stderr.write("\n")
-    sys.stderr.flush()
+class _Progress:
+    """Training progress: a live bar (rich) on a terminal; in a log (a pipe or a
+    file), one plain line every tenth of the run, so no carriage returns."""
+
+    def __init__(self, steps, enabled=True):
+        self.steps, self.enabled, self.bar = steps, enabled, None
+        if not enabled:
+            return
+        try:
+            from rich.console import Console
+            console = Console()
+        except ImportError:  # rich comes with flax; plain lines without it
+            console = None
+        if console is not None and console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+            self.bar = Progress(TextColumn("  training"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[status]}"), console=console)
+            self.task = self.bar.add_task("train", total=steps, status="")
+            self.bar.start()
+        self.every = max(1, steps // 10)
+
+    def update(self, step, loss, tps):
+        if not self.enabled:
+            return
+        status = f"loss {loss:6.3f}  {tps:9,.0f} tok/s"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=step, status=status)
+        elif step % self.every == 0 or step == self.steps:
+            print(f"  step {step:5d}/{self.steps}  {status}", flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def train_lm(steps=300, seed=0, layers=4, width=4, dim=128, batch=16, seq_len=128, lr=3e-3,
@@ -140,7 +186,7 @@ def train_lm(steps=300, seed=0, layers=4, width=4, dim=128, batch=16, seq_len=12
             return optax.apply_updates(p, upd), s, loss
 
         losses, t_start, t0, tps = [], time.perf_counter(), None, 0.0
-        every = max(1, steps // 100)
+        bar = _Progress(steps, enabled=progress)
         for i in range(steps):
             key, sk = jax.random.split(key)
             params, opt_state, loss = train_step(params, opt_state, sk)
@@ -149,8 +195,8 @@ def train_lm(steps=300, seed=0, layers=4, width=4, dim=128, batch=16, seq_len=12
                 t0 = time.perf_counter()           # exclude compilation from tok/s
             elif t0 is not None:
                 tps = i * batch * seq_len / (time.perf_counter() - t0)
-            if progress and (i % every == 0 or i == steps - 1):
-                _progress(i + 1, steps, losses[-1], tps, final=i == steps - 1)
+            bar.update(i + 1, losses[-1], tps)
+        bar.close()
     return TrainResult(losses, params, model, data, tps, time.perf_counter() - t_start, device)
 
 
@@ -212,27 +258,40 @@ def run(args) -> int:
     import jax
     import numpy as np
 
+    resolve(args)
+    from .gpu_status import gpu_problem, require_gpu
+    if args.platform == "gpu" and not require_gpu("jax-causal-conv demo"):
+        return 2
     device = pick_device(args.platform)
+    import jax_causal_conv as jcc
+    on_gpu = device.platform in ("gpu", "cuda")
+    ours = not on_gpu or "cuda" in jcc.PLATFORMS    # backend="auto" falls back to XLA
+    problem = gpu_problem() if on_gpu else None
     text = load_text()
     print(f"jax-causal-conv demo: byte-level causal-conv LM on {DEFAULT_TEXT} "
-          f"({len(text):,} bytes), device {device.platform}:{device.device_kind}")
-    print(f"  model: {args.layers} blocks x [RMSNorm, CausalConv1d(W={args.width}, silu) + "
-          f"residual, gated MLP], D={args.dim}; batch {args.batch} x {args.seq_len} tokens, "
-          f"{args.steps} steps")
+          f"({len(text):,} bytes)")
+    print(f"  device {device.platform}:{device.device_kind}, convolution by "
+          f"{'our FFI kernels' if ours else 'the pure-XLA fallback'}")
+    if problem is not None:
+        print(f"  note: {problem}")
+    print(f"  model: {args.layers} blocks x [RMSNorm, CausalConv1d(W={args.width}, silu) "
+          f"+ residual, gated MLP], D={args.dim}")
+    print(f"  training: {args.steps} steps of batch {args.batch} x {args.seq_len} tokens",
+          flush=True)
     res = train_lm(steps=args.steps, seed=args.seed, layers=args.layers, width=args.width,
                    dim=args.dim, batch=args.batch, seq_len=args.seq_len, lr=args.lr,
                    platform=args.platform, progress=True, text=text)
     nparams = sum(int(np.prod(a.shape)) for a in jax.tree.leaves(res.params))
     k = max(1, min(10, len(res.losses) // 5))
     first, last = np.mean(res.losses[:k]), np.mean(res.losses[-k:])
-    print(f"  {nparams:,} parameters; loss {first:.3f} -> {last:.3f} "
-          f"(mean of first/last {k} steps) in {res.seconds:.1f} s, {res.tokens_per_s:,.0f} tok/s")
+    print(f"  {nparams:,} parameters; loss {first:.3f} -> {last:.3f} (mean of first/last "
+          f"{k} steps) in {res.seconds:.1f} s, {res.tokens_per_s:,.0f} tok/s", flush=True)
 
     with jax.default_matmul_precision("highest"):  # compare like with like on GPUs too
         tokens, cached_logits = generate(res, PROMPT.encode(), args.generate,
                                          temperature=args.temperature, seed=args.seed)
         diff, scale = check_cache(res, tokens, cached_logits)
-    out = bytes(np.asarray(tokens[0], np.uint8)).decode("utf-8", errors="replace")
+    out = bytes(np.asarray(tokens[0], np.uint8)).decode("utf-8", errors="backslashreplace")
     print("  --- generated (decode cache, temperature %.2f) ---" % args.temperature)
     print("  " + out.replace("\n", "\n  "))
     print("  ---")

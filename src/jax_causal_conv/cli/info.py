@@ -1,4 +1,5 @@
-"""``jax-causal-conv info``: versions, devices, and the FFI targets this build registers."""
+"""``jax-causal-conv info``: versions, devices, whether our kernels can run on a
+GPU here (and the fix when not), and the FFI targets this build registers."""
 
 from __future__ import annotations
 
@@ -7,15 +8,16 @@ import sys
 
 
 def add_parser(sub):
-    return sub.add_parser("info", help="versions, devices and registered FFI targets")
+    return sub.add_parser("info", help="versions, devices, GPU readiness and registered FFI "
+                                       "targets")
 
 
-def _version(mod):
+def _version(dist):
+    from importlib import metadata
     try:
-        m = __import__(mod)
-    except ImportError:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
         return "not installed"
-    return getattr(m, "__version__", "?")
 
 
 def collect() -> dict:
@@ -23,12 +25,15 @@ def collect() -> dict:
 
     import jax_causal_conv as jcc
 
+    from .gpu_status import diagnose, gpu_problem
+
     devices = {}
     for plat in ("cpu", "gpu", "tpu"):
         try:
             devices[plat] = [f"{d.id}: {d.device_kind}" for d in jax.devices(plat)]
         except RuntimeError:
             pass
+    gpu = diagnose()
     return {
         "jax_causal_conv": jcc.__version__,
         "python": _platform.python_version(),
@@ -38,6 +43,8 @@ def collect() -> dict:
         "optax": _version("optax"),
         "default_backend": jax.default_backend(),
         "devices": devices,
+        "gpu": gpu,
+        "gpu_problem": gpu_problem(gpu),
         "ffi_platforms": tuple(jcc.PLATFORMS),
         "ffi_targets": tuple(jcc.TARGETS),
     }
@@ -45,15 +52,22 @@ def collect() -> dict:
 
 def run(args) -> int:
     info = collect()
-    w = sys.stdout.write
-    w(f"jax-causal-conv {info['jax_causal_conv']}\n")
+    gpu = info["gpu"]
+
+    def line(key, value):
+        sys.stdout.write(f"  {key:16s} {value}\n")
+
+    sys.stdout.write(f"jax-causal-conv {info['jax_causal_conv']}\n")
     for k in ("python", "jax", "jaxlib", "flax", "optax"):
-        w(f"  {k:16s} {info[k]}\n")
-    w(f"  {'default backend':16s} {info['default_backend']}\n")
+        line(k, info[k])
+    line("default backend", info["default_backend"])
     for plat, devs in info["devices"].items():
-        w(f"  {plat + ' devices':16s} {', '.join(devs)}\n")
-    gpus = info["devices"].get("gpu", [])
-    w(f"  {'GPU':16s} {gpus[0].split(': ', 1)[1] if gpus else 'none'}\n")
-    w(f"  {'FFI platforms':16s} {', '.join(info['ffi_platforms']) or 'none (pure-XLA fallback)'}\n")
-    w(f"  {'FFI targets':16s} {', '.join(info['ffi_targets'])}\n")
+        line(plat + " devices", ", ".join(devs))
+    line("GPU (JAX)", ", ".join(gpu.gpus) if gpu.gpus else gpu.jax_problem)
+    line("CUDA kernels", gpu.kernels_detail)
+    where = ["cpu"] + (["gpu"] if info["gpu_problem"] is None else [])
+    line("our kernels run", "on " + " and ".join(where))
+    if info["gpu_problem"] is not None and gpu.gpus:
+        line("GPU problem", info["gpu_problem"])
+    line("FFI targets", ", ".join(info["ffi_targets"]))
     return 0
