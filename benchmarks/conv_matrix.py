@@ -26,6 +26,7 @@ import re
 import sys
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +39,7 @@ from jax_causal_conv.cli.progress import Progress
 
 from . import matrix_cells as mc
 from .report import append_records, load_records, run_meta
-from .timing import device_times, timeit
+from .timing import device_times, timeit, timeit_interleaved
 
 # reps: wall samples per program (at most); min_sample_s: back-to-back calls
 # per sample until it lasts that long; max_s: fewer samples (>= 3) past that
@@ -172,11 +173,17 @@ def calibrate(platform, prof, log=print):
     """The copy bandwidth and the float32 FMA rate, measured now."""
     n, M = prof["copy_elems"], prof["gemm"]
     k = jax.random.split(jax.random.key(1), 3)
-    x = jax.random.normal(k[0], (n,), jnp.float32)
-    neg = jax.jit(lambda x: -x)
+    # In place (donated), so that no fresh output is allocated per call: on a
+    # CPU the page faults of a new 64 MiB output cost more than the copy.
+    neg = jax.jit(lambda x: -x, donate_argnums=0)
+    box = [jax.random.normal(k[0], (n,), jnp.float32)]
+
+    def copy():
+        box[0] = neg(box[0])
+        return box[0]
     span = dict(reps=prof["reps"], warmup=2, min_sample_s=prof["min_sample_s"], max_s=1.0)
-    t_wall = timeit(neg, x, **span)
-    dev = device_times({"copy": (neg, (x,), 1)}, n=prof["trace_iters"], log=log) \
+    t_wall = timeit(copy, **span)
+    dev = device_times({"copy": (copy, (), 1)}, n=prof["trace_iters"], log=log) \
         if prof["trace_iters"] else {}
     t_copy = dev["copy"] * 1e-6 if dev else t_wall
     a = jax.random.normal(k[1], (M, M), jnp.float32)
@@ -204,20 +211,26 @@ def measure_cell(cell, impls, passes, inputs, prof, log=print):
     t0 = time.perf_counter()
     arrs, n = inputs.get(cell)
     progs, hlo, times = {}, {}, {}
+    lowered = {}
     for impl in impls:
         for pas in passes:
             args = (arrs["xs"], arrs["w"], arrs["b"], arrs["seq"], arrs["inits"],
                     None if pas == "fwd" else arrs["dys"], None if pas == "fwd" else arrs["dfins"])
-            compiled = program(pass_fn(impl, cell, pas), n).lower(*args).compile()
-            census = hlo_census(compiled.as_text())
-            check_hlo(impl, pas, census, n)
-            jax.block_until_ready(compiled(*args))
-            progs[(impl, pas)] = (compiled, args, n)
-            hlo[f"{impl}/{pas}"] = census
+            lowered[(impl, pas)] = (program(pass_fn(impl, cell, pas), n).lower(*args), args)
+    # XLA compiles in C++ without the GIL: the cell's programs compile side by
+    # side (the XLA baseline's wide backward takes seconds).
+    with ThreadPoolExecutor(max_workers=len(lowered)) as pool:
+        compiled = dict(zip(lowered, pool.map(lambda la: la[0].compile(), lowered.values())))
+    for (impl, pas), (_, args) in lowered.items():
+        census = hlo_census(compiled[(impl, pas)].as_text())
+        check_hlo(impl, pas, census, n)
+        jax.block_until_ready(compiled[(impl, pas)](*args))
+        progs[(impl, pas)] = (compiled[(impl, pas)], args, n)
+        hlo[f"{impl}/{pas}"] = census
     t1 = time.perf_counter()
-    for (impl, pas), (f, args, _) in progs.items():
-        t = timeit(f, *args, reps=prof["reps"], warmup=0, inner=n,
-                   min_sample_s=prof["min_sample_s"], max_s=prof["max_s"])
+    wall = timeit_interleaved(progs, reps=prof["reps"], min_sample_s=prof["min_sample_s"],
+                              max_s=prof["max_s"])
+    for (impl, pas), t in wall.items():
         times.setdefault(impl, {})[pas] = {"wall_us": t * 1e6}
     t2 = time.perf_counter()
     if prof["trace_iters"]:

@@ -176,8 +176,8 @@ def markdown(meta, rows, notes, scan):
            "host dispatch included" + ("; 'device': GPU busy time from the profiler" if dev else "")
            + ". The yardstick replaces each update by one XLA elementwise pass over the bytes an "
            "update reads and writes (a donated (B, D, W) array per layer, the state plus a slot "
-           "for the token, negated in place; x passes through). 'vs yardstick' = ours / the "
-           "yardstick, back to back.", ""]
+           "for the token, negated in place; x passes through). 'vs yardstick' = that row / the "
+           "yardstick, back to back" + (" (device time in parentheses)" if dev else "") + ".", ""]
     header = ["decode step", "state layout", "impl", "us/layer back to back", "us/layer waiting"]
     header += ["us/layer device"] if dev else []
     header.append("vs yardstick")
@@ -185,7 +185,11 @@ def markdown(meta, rows, notes, scan):
     table = []
     for r in rows:
         y = yard.get((r["what"], r["layout"]))
-        ratio = f"{r['async_us'] / y['async_us']:.2f}x" if y and y is not r else ""
+        ratio = ""
+        if y and y is not r:
+            ratio = f"{r['async_us'] / y['async_us']:.2f}x"
+            if dev and r.get("dev_us") and y.get("dev_us"):
+                ratio += f" ({r['dev_us'] / y['dev_us']:.2f}x)"
         row = [r["what"], r["layout"], r["impl"], f"{r['async_us']:.2f}", f"{r['sync_us']:.2f}"]
         row += [f"{r['dev_us']:.2f}" if r.get("dev_us") is not None else "—"] if dev else []
         table.append(row + [ratio])

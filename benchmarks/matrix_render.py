@@ -79,14 +79,18 @@ def target_misses(records):
 def _time_cell(t, dev):
     if t is None:
         return "—"
-    return f"{fmt_us(t['dev_us'])} ({fmt_us(t['wall_us'])})" if dev else fmt_us(t["wall_us"])
+    return f"{fmt_us(t.get('dev_us'))} ({fmt_us(t['wall_us'])})" if dev else fmt_us(t["wall_us"])
 
 
 def _ratio_cell(o, x, dev):
     if o is None or x is None:
         return "—"
-    r = f"{x['dev_us'] / o['dev_us']:.2f}" if dev else f"{x['wall_us'] / o['wall_us']:.2f}"
-    return f"{r} ({x['wall_us'] / o['wall_us']:.2f})" if dev else r
+    wall = f"{x['wall_us'] / o['wall_us']:.2f}"
+    if not dev:
+        return wall
+    r = (f"{x['dev_us'] / o['dev_us']:.2f}" if o.get("dev_us") and x.get("dev_us") is not None
+         else "—")
+    return f"{r} ({wall})"
 
 
 def table(recs, dev):
@@ -106,7 +110,7 @@ def table(recs, dev):
             floors.append(f"{fmt_us(fl)}{'c' if kind == 'copy' else 'f'}")
             o = ours.get(pas)
             row += [_time_cell(o, dev),
-                    f"{fl / primary(o)[0]:.0%}" if o else "—",
+                    f"{fl / primary(o)[0]:.0%}" if o and primary(o)[0] else "—",
                     _ratio_cell(o, xla.get(pas), dev)]
         row.append(" / ".join(floors))
         rows.append(row)
@@ -132,7 +136,8 @@ def render_group(recs, plot_link=None):
         out.append(f"- run of {m['date']} (jax {m['jax']}"
                    + (f", commit {m['commit']}" if m.get("commit") else "") + f"): copy "
                    f"bandwidth {cal['copy_bytes_per_s'] / 1e9:.1f} GB/s ({cal['time_source']} "
-                   f"time of a `-x` pass over {cal['copy_bytes'] / 2 ** 21:.0f} MiB each way), "
+                   f"time of an in-place `-x` pass over {cal['copy_bytes'] / 2 ** 21:.0f} MiB, read "
+                   f"and written), "
                    f"float32 FMA rate {cal['fma_per_s'] / 1e12:.3f} T/s ({cal['gemm']}, "
                    f"{cal['gemm_size']}^3, precision HIGHEST)")
     out += ["", ("Times in µs per call: device time from the profiler, wall time in "

@@ -73,6 +73,28 @@ def timeit(f, *args, reps=50, warmup=5, inner=1, calls=1, min_sample_s=0.0, max_
     return statistics.median(ts) / (inner * calls)
 
 
+def timeit_interleaved(programs, reps=7, min_sample_s=0.0, max_s=1.0, min_reps=3):
+    """Median seconds per call of each program, the samples taken in rounds
+    (one sample of every program per round), so that a change in the host's
+    load over the run falls on all of them alike. programs: {key: (f, args,
+    inner)}, each already run once. Each program's samples are `calls`
+    back-to-back calls, as many as make a sample last min_sample_s; rounds
+    stop after `reps`, or once they have taken max_s per program (at least
+    min_reps rounds)."""
+    calls, t1 = {}, {}
+    for k, (f, args, _) in programs.items():
+        t = sample(f, args, 1)
+        calls[k] = max(1, math.ceil(min_sample_s / max(t, 1e-9))) if min_sample_s > 0 else 1
+        t1[k] = t * calls[k]
+    per_round = sum(t1.values())
+    rounds = max(min_reps, min(reps, int(max_s * len(programs) / max(per_round, 1e-9))))
+    ts = {k: [] for k in programs}
+    for _ in range(rounds):
+        for k, (f, args, _) in programs.items():
+            ts[k].append(sample(f, args, calls[k]) / calls[k])
+    return {k: statistics.median(v) / programs[k][2] for k, v in ts.items()}
+
+
 def timeit_pair(f, g, args, reps=25, warmup=3, calls=1):
     """Median seconds per call of f and of g, and the median of their
     difference, from samples taken in alternation (f, g, f, g, ...), so that
@@ -196,6 +218,8 @@ def device_times(programs, n=5, log=None):
     if not programs:
         return {}
     keys = list(programs)
+    if not _shared_trace_ok[0]:
+        return _traced_alone(programs, keys, n)
 
     def body():
         for i, k in enumerate(keys):
@@ -214,9 +238,19 @@ def device_times(programs, n=5, log=None):
     if orphans or any(not v for v in got.values()):
         if log is not None:
             log(f"device time: {orphans} kernels outside the program windows, or a window "
-                "without kernels; tracing each program on its own")
-        got = {}
-        for k in keys:
-            f, args, _ = programs[k]
-            got[k] = device_events(f, *args, n=n)
+                "without kernels; from now on each program is traced on its own")
+        _shared_trace_ok[0] = False
+        return _traced_alone(programs, keys, n)
     return {k: sum(e - s for _, s, e in got[k]) / 1e3 / n / programs[k][2] for k in keys}
+
+
+_shared_trace_ok = [True]   # False once a shared trace failed to attribute its kernels
+
+
+def _traced_alone(programs, keys, n):
+    out = {}
+    for k in keys:
+        f, args, inner = programs[k]
+        ev = device_events(f, *args, n=n)
+        out[k] = sum(e - s for _, s, e in ev) / 1e3 / n / inner if ev else None
+    return out

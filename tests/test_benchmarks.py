@@ -281,6 +281,19 @@ def test_write_section(tmp_path):
     assert "matrix" in doc and doc.startswith("# Benchmarks")
 
 
+def test_device_time_attribution():
+    from benchmarks import timing
+    events = [("a", 10, 20), ("b", 30, 40), ("c", 26, 49), ("d", 55, 60)]
+    got, orphans = timing.attribute(events, {"0": (0, 25), "1": (25, 50)})
+    assert [e[0] for e in got["0"]] == ["a"] and [e[0] for e in got["1"]] == ["b", "c"]
+    assert orphans == 1                    # d lies in no window: the caller re-traces alone
+    # a CPU trace has no GPU stream lines: no device times (the tables omit the column)
+    f = jax.jit(lambda x: -x)
+    x = jnp.ones((8,), jnp.float32)
+    f(x).block_until_ready()
+    assert timing.device_times({"neg": (f, (x,), 1)}, n=2) == {}
+
+
 def test_progress_in_a_log_is_plain_lines():
     buf = io.StringIO()
     with Progress(2, "x", stream=buf) as p:

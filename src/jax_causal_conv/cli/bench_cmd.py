@@ -26,8 +26,13 @@ CUDA_FIX = 'pip install "jax[cuda13]" (or "jax[cuda12]"), then reinstall jax-cau
 
 
 def add_parser(sub):
-    p = sub.add_parser("bench", help="benchmark our kernels against baselines (markdown)",
-                       description=__doc__.split("\n\n")[0])
+    p = sub.add_parser(
+        "bench", help="benchmark our kernels against baselines (markdown)",
+        description="Benchmarks, printed as markdown (or written into --output between "
+                    "markers). From a checkout: the full suite in benchmarks/ (conv matrix "
+                    "against floors and the XLA shifted sum, decode step, baselines, PyTorch). "
+                    "Installed from a wheel, or with --quick: a small wall-clock benchmark "
+                    "that ships in the package, in seconds.")
     add_arguments(p)
     return p
 
