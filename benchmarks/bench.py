@@ -3,7 +3,8 @@
 
     python -m benchmarks.bench --platform gpu --output docs/benchmarks.md
     python -m benchmarks.bench --sections decode,torch --platform cpu
-    python -m benchmarks.bench gpu docs/benchmarks.md     # the older positional form
+    python -m benchmarks.bench gpu docs/benchmarks.md     # the older form: what it ran
+                                                          # then (decode, baselines, torch)
 
 Sections (each also runs alone as its module):
 - matrix:    conv_matrix.py, every width x layout x mode against floors and
@@ -88,6 +89,9 @@ def main(argv=None):
         args.platform = args.legacy[0]
         if len(args.legacy) == 2:
             args.output = args.legacy[1]
+        # The older form keeps its old scope and duration (scripts time it
+        # out): no matrix unless asked for.
+        args.sections = args.sections or "decode,baselines,torch"
     try:
         args.platform = resolve_platform(args.platform)
     except SystemExit as e:

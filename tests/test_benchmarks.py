@@ -379,3 +379,16 @@ def test_conv_matrix_cli_refuses_bad_filters(capsys):
     assert cm.main(["--list", "--platform", "gpu", "--widths", "4", "--shapes", "small"]) == 0
     out = capsys.readouterr()
     assert out.out.count("\n") == 12 and "12 cells" in out.err
+
+
+def test_suite_older_positional_form(monkeypatch):
+    from benchmarks import bench
+    seen = {}
+    monkeypatch.setattr(bench, "run_suite", lambda args: seen.setdefault("a", args) and 0)
+    bench.main(["cpu", "out.md"])
+    a = seen["a"]
+    # the form scripts use keeps its old scope (no 216-cell matrix) and file
+    assert (a.platform, a.output, a.sections) == ("cpu", "out.md", "decode,baselines,torch")
+    seen.clear()
+    bench.main(["--platform", "cpu", "--sections", "matrix", "--widths", "4"])
+    assert (seen["a"].sections, seen["a"].widths, seen["a"].output) == ("matrix", "4", None)
