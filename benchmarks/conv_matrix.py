@@ -73,11 +73,11 @@ def hlo_census(text):
             name = s.split()[1] if s.startswith("ENTRY") else s.split()[0]
             skip = "fused" in name or "region" in name or "wrapped" in name
             continue
-        if skip:
-            continue
-        for t in _TARGET.findall(s):
+        for t in _TARGET.findall(s):  # wherever XLA put the call (command buffers too)
             fwd += t == targets.FORWARD
             bwd += t == targets.BACKWARD
+        if skip:
+            continue
         m = _INSTR.match(s)
         if m and m.group(1) not in _TRIVIAL:
             other[m.group(1)] = other.get(m.group(1), 0) + 1
@@ -219,13 +219,29 @@ def measure_cell(cell, impls, passes, inputs, prof, log=print):
             lowered[(impl, pas)] = (program(pass_fn(impl, cell, pas), n).lower(*args), args)
     # XLA compiles in C++ without the GIL: the cell's programs compile side by
     # side (the XLA baseline's wide backward takes seconds).
+    def compile_one(la):
+        try:
+            return la[0].compile()
+        except Exception as e:  # noqa: BLE001  (reported with the cell below)
+            return e
     with ThreadPoolExecutor(max_workers=len(lowered)) as pool:
-        compiled = dict(zip(lowered, pool.map(lambda la: la[0].compile(), lowered.values())))
+        compiled = dict(zip(lowered, pool.map(compile_one, lowered.values())))
+    errors = {}
     for (impl, pas), (_, args) in lowered.items():
-        census = hlo_census(compiled[(impl, pas)].as_text())
-        check_hlo(impl, pas, census, n)
-        jax.block_until_ready(compiled[(impl, pas)](*args))
-        progs[(impl, pas)] = (compiled[(impl, pas)], args, n)
+        c = compiled[(impl, pas)]
+        try:
+            if isinstance(c, Exception):
+                raise c
+            census = hlo_census(c.as_text())
+            check_hlo(impl, pas, census, n)     # an AssertionError stops the run
+            jax.block_until_ready(c(*args))
+        except AssertionError:
+            raise
+        except Exception as e:  # noqa: BLE001  (e.g. out of memory: the other programs go on)
+            errors[f"{impl}/{pas}"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+            log(f"{cell.label()}: {impl} {pas} failed: {errors[f'{impl}/{pas}']}")
+            continue
+        progs[(impl, pas)] = (c, args, n)
         hlo[f"{impl}/{pas}"] = census
     t1 = time.perf_counter()
     wall = timeit_interleaved(progs, reps=prof["reps"], min_sample_s=prof["min_sample_s"],
@@ -239,7 +255,8 @@ def measure_cell(cell, impls, passes, inputs, prof, log=print):
             times[impl][pas]["dev_us"] = us
     cost = dict(inputs_compile_first_run=t1 - t0, wall_timing=t2 - t1,
                 trace=time.perf_counter() - t2)
-    return dict(kind="conv_matrix", key=cell.key(), n_calls=n, times=times, hlo=hlo, cost_s=cost)
+    return dict(kind="conv_matrix", key=cell.key(), n_calls=n, times=times, hlo=hlo, cost_s=cost,
+                errors=errors)
 
 
 def cell_line(cell, rec, calib):

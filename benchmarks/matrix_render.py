@@ -164,6 +164,10 @@ def render_group(recs, plot_link=None):
     for c, pas, s in sorted(slow, key=lambda t: (t[0], t[1])):
         how = ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x" for m, v in s.items())
         out.append(f"- {c.label()}: {pas} ({how} XLA's time)")
+    errs = [(cell_of(r), k, e) for r in recs for k, e in sorted(r.get("errors", {}).items())]
+    if errs:
+        out += ["", f"Programs that failed (no time; '—' in the tables): {len(errs)}."]
+        out += [f"- {c.label()}: {k}: {e}" for c, k, e in sorted(errs, key=lambda t: t[0])]
     if meta["platform"] == "gpu":
         miss = target_misses(recs)
         out += ["", f"Cells missing issue 17's targets: {len(miss) or 'none'}."]

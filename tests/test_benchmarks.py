@@ -392,3 +392,29 @@ def test_suite_older_positional_form(monkeypatch):
     seen.clear()
     bench.main(["--platform", "cpu", "--sections", "matrix", "--widths", "4"])
     assert (seen["a"].sections, seen["a"].widths, seen["a"].output) == ("matrix", "4", None)
+
+
+def test_a_failing_program_is_reported_and_the_cell_goes_on(monkeypatch):
+    orig = cm.pass_fn
+
+    def boom(x):
+        raise RuntimeError("planted failure")
+
+    def pass_fn(impl, cell, pas):
+        single = orig(impl, cell, pas)
+        if (impl, pas) != ("xla", "bwd"):
+            return single
+
+        def failing(*args):
+            out = single(*args)
+            return jax.pure_callback(boom, jax.ShapeDtypeStruct((), jnp.float32), out[0][0, 0, 0])
+        return failing
+    monkeypatch.setattr(cm, "pass_fn", pass_fn)
+    cells = mc.cells("cpu", widths=[4], modes=["dense"], layouts=["cf"], dtypes=["float32"],
+                     shapes=mc.parse_shapes("1x8x64", "cpu"))
+    (rec,) = cm.run("cpu", cells, log=lambda s: None)
+    assert "xla/bwd" in rec["errors"] and "bwd" not in rec["times"]["xla"]
+    assert set(rec["times"]["ours"]) == set(mc.PASSES)
+    text = mr.render_group([rec])
+    assert "Programs that failed" in text and "xla/bwd" in text
+    assert "| — |" in text
