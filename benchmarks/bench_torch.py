@@ -1,17 +1,24 @@
-"""Optional torch section of the benchmark: our kernels through
-``jax_causal_conv.torch`` against PyTorch's own depthwise convolution
-(``F.conv1d(groups=dim)``), forward and forward+backward.
+"""PyTorch: our kernels through ``jax_causal_conv.torch`` (DLPack) against
+PyTorch's own depthwise convolution (``F.conv1d(groups=dim)``), forward and
+training step (``autograd.grad``; eager, so the forward runs too), bias and
+SiLU on, W=4.
 
+    python -m benchmarks.bench_torch --platform gpu --output docs/benchmarks.md
     rows = torch_benchmarks("cuda")   # or "cpu"; [] when torch is missing
 
-Rows use the keys of ``bench.bench_conv``: shape, impl, fwd_ms, fwdbwd_ms,
-copy_ms (a same-size ``torch.neg`` pass) and frac (copy time / forward time).
+Rows use report.add_row's keys: shape, impl, fwd_ms, step_ms, copy_ms (a
+same-size ``torch.neg`` pass) and frac (copy time / forward time). Each call
+is waited for (``torch.cuda.synchronize``), so host overhead counts.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
+
+from .report import add_row, emit, heading, run_meta, speed_table
 
 
 def _shapes(device):
@@ -53,13 +60,13 @@ def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
         log("torch benchmarks skipped: no CUDA device")
         return []
     import jax_causal_conv.torch as jt
-    from benchmarks.bench import add_row
 
     def ours(x, w, b):
-        return jt.causal_conv1d_fn(x, w, b)
+        return jt.causal_conv1d_fn(x, w, b, activation="silu")
 
     def conv1d(x, w, b):
-        return F.conv1d(x, w[:, None], b, padding=w.shape[1] - 1, groups=w.shape[0])[..., :x.shape[-1]]
+        y = F.conv1d(x, w[:, None], b, padding=w.shape[1] - 1, groups=w.shape[0])
+        return F.silu(y[..., :x.shape[-1]])
 
     impls = {"torch adapter (ours)": ours, "F.conv1d groups=D": conv1d}
     reps = reps or (30 if device == "cuda" else 5)
@@ -82,12 +89,52 @@ def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
                     t_f = _timeit(lambda: fn(x, w, b), device, reps)
                 xs, ws, bs = (t.detach().requires_grad_() for t in (x, w, b))
 
-                def fwdbwd():
-                    return torch.autograd.grad((fn(xs, ws, bs) * g).sum(), (xs, ws, bs))
+                def step():
+                    y = fn(xs, ws, bs)
+                    return y, torch.autograd.grad(y, (xs, ws, bs), g)
 
-                t_b = _timeit(fwdbwd, device, reps)
+                t_s = _timeit(step, device, reps)
             except Exception as e:  # a baseline that does not run here
                 log(f"{name} {impl}: {type(e).__name__}: {e}")
                 continue
-            add_row(rows, log, name, impl, t_f, t_b, t_copy)
+            add_row(rows, log, name, impl, t_f, t_s, t_copy)
     return rows
+
+
+def markdown(meta, rows):
+    out = [heading(meta, "PyTorch, W=4"), "",
+           "Our kernels through `jax_causal_conv.torch` (DLPack) against `F.conv1d(groups=D)` + "
+           "SiLU; median wall time per call, each call waited for. 'train step' = forward and "
+           "`autograd.grad` with respect to x, weight and bias. 'copy' = a same-size `torch.neg`. "
+           "CL = Dao's channel-last (a transposed (B, L, D) tensor).", ""]
+    out += speed_table(rows, "torch adapter (ours)")
+    return "\n".join(out) + "\n"
+
+
+def run_torch(platform, output=None, log=None):
+    log = log or (lambda s: print(s, file=sys.stderr, flush=True))
+    rows = torch_benchmarks("cuda" if platform == "gpu" else "cpu", log=log)
+    if not rows:
+        return ""
+    text = markdown(run_meta(platform), rows)
+    emit(text, output, f"{platform}-torch")
+    return text
+
+
+def main(argv=None):
+    from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_torch",
+                                description=__doc__.split("\n\n")[0])
+    add_arguments(p, suite=False, matrix=False, plot=False)
+    args = p.parse_args(argv)
+    try:
+        platform = resolve_platform(args.platform)
+    except SystemExit as e:
+        print(f"bench_torch: {e}", file=sys.stderr)
+        return 2
+    run_torch(platform, args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,7 @@
 """Sequence-parallel benchmark: forward + backward, L split over all local devices
 vs. the same problem on one device.
 
-    python -m benchmarks.sharding_bench [docs/benchmarks.md]  # (8, 4096, 32768) bf16, every local GPU
+    python -m benchmarks.sharding_bench [--output docs/benchmarks.md]  # (8, 4096, 32768) bf16, every local GPU
     python -c "from benchmarks.sharding_bench import bench_sequence_parallel as b; b(L=4096)"
 
 Prints the time per fwd+bwd step on 1 device and on n devices, and the
@@ -10,6 +10,8 @@ throughput ratio (ideal: n; the halo exchange is W-1 columns per shard).
 
 from __future__ import annotations
 
+import argparse
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_causal_conv as jcc
-from benchmarks.bench import timeit, write_section
+from benchmarks.report import write_section
+from benchmarks.timing import timeit
 from jax_causal_conv.sharding import causal_conv1d_sharded
 
 
@@ -98,11 +101,23 @@ def write_markdown(res, path):
         f"Forward alone: {res['fwd_1dev_ms']:.3f} ms on 1 device, {res['fwd_ndev_ms']:.3f} ms on "
         f"{res['devices']} ({res['fwd_ratio']:.2f}x).",
     ])
-    write_section(path, "sharding", body + "\n")
+    write_section(path, "sharding-bench", body + "\n")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m benchmarks.sharding_bench",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("file", nargs="?", help="the older form of --output")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the table into FILE between the sharding markers")
+    p.add_argument("--length", type=int, default=32768, help="sequence length L (default 32768)")
+    args = p.parse_args(argv)
+    result = bench_sequence_parallel(L=args.length)
+    path = args.output or args.file
+    if path:
+        write_markdown(result, path)
+    return 0
 
 
 if __name__ == "__main__":
-    import sys
-    result = bench_sequence_parallel()
-    if len(sys.argv) > 1:
-        write_markdown(result, sys.argv[1])
+    sys.exit(main())

@@ -1,6 +1,7 @@
 """The command-line main job: demo training (in-process, few steps), cached
 generation == full recomputation, progress in a log, `--quick`, `info` in a
-subprocess, the GPU diagnosis and its messages, `--help`, `bench` plumbing."""
+subprocess, the GPU diagnosis and its messages, `--help`, `bench` plumbing
+(tests/test_benchmarks.py has the benchmark suite's own tests)."""
 
 import os
 import subprocess
@@ -189,45 +190,64 @@ def test_quick_demo_runs_end_to_end(capsys):
     assert "cached decoding vs full recomputation" in out and out.rstrip().endswith("OK")
 
 
-def test_bench_command(tmp_path, monkeypatch, capsys):
-    import importlib
+def _no_gpu():
     try:
-        importlib.import_module("benchmarks.bench")
-    except ModuleNotFoundError:
-        assert main(["bench", "--out", str(tmp_path / "b.md")]) == 2
-        assert "benchmarks.bench" in capsys.readouterr().err
-    else:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:  # refused before any benchmark runs
-            assert main(["bench", "--out", str(tmp_path / "b.md"), "--plot",
-                         str(tmp_path / "p.png")]) == 2
-            assert "needs matplotlib" in capsys.readouterr().err
-            assert not (tmp_path / "b.md").exists()
-    got = bench_cmd.series([{"impl": "ffi", "L": 1024, "ms": 0.5, "B": 2},
-                            {"impl": "ffi", "L": 256, "us": 100.0, "B": 2},
-                            {"name": "xla", "seqlen": 256, "s": 0.002}])
-    assert got == {"ffi (B=2)": [(256, 0.1), (1024, 0.5)], "xla": [(256, 2.0)]}
-    with pytest.raises(ValueError):
-        bench_cmd.series([{"impl": "ffi", "ms": 1.0}])
+        return not jax.devices("gpu")
+    except RuntimeError:
+        return True
 
 
-def test_bench_sweep_records():
-    recs = bench_cmd.sweep("cpu", lengths=[32, 64], B=1, D=8, reps=1, log=lambda *a: None)
-    assert {(r["impl"], r["L"], r["pass"]) for r in recs} == {
-        (i, L, p) for i in ("ours", "lax.conv_general_dilated", "XLA shifted sum")
-        for L in (32, 64) for p in ("fwd", "fwd+bwd")}
-    assert all(r["ms"] > 0 for r in recs)
-    labels = bench_cmd.series(recs)
-    assert labels["ours (pass=fwd)"][0][0] == 32
-    # the lax baseline computes the same convolution as ours
-    x = jax.random.normal(jax.random.key(0), (2, 16, 8))
-    w = jax.random.normal(jax.random.key(1), (8, 4))
-    b = jax.random.normal(jax.random.key(2), (8,))
-    impls = bench_cmd._impls()
-    for fn in impls.values():
-        np.testing.assert_allclose(fn(x, w, b), jcc.reference.causal_conv1d(
-            x, w, b, channels_last=True), rtol=1e-5, atol=1e-5)
+@pytest.mark.skipif(not _no_gpu(), reason="a GPU is visible here")
+def test_bench_gpu_without_gpu_is_one_clear_sentence(capsys):
+    assert main(["bench", "--platform", "gpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert "JAX sees no GPU" in err and 'pip install "jax[cuda13]"' in err
+    assert ("CUDA kernels are not loaded" in err) == ("cuda" not in jcc.PLATFORMS)
+
+
+def _fake_quick(monkeypatch):
+    from jax_causal_conv.cli import quick_bench
+    res = dict(platform="cpu", shape=(1, 8, 64), dtype="float32",
+               rows=[dict(W=4, impl=i, fwd_ms=1.0 + k, step_ms=2.0 + k)
+                     for k, i in enumerate(quick_bench.IMPLS)])
+    monkeypatch.setattr(quick_bench, "measure", lambda platform, progress=None: res)
+
+
+def test_bench_without_a_checkout_runs_the_packaged_benchmark(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench_cmd, "find_suite", lambda: None)
+    _fake_quick(monkeypatch)
+    assert main(["bench", "--platform", "cpu"]) == 0          # markdown to stdout
+    out = capsys.readouterr()
+    assert "| 4 | XLA shifted sum | 2.000 | 3.000 | 2.00x / 1.50x |" in out.out
+    assert "no benchmarks/ folder" in out.err
+    md = tmp_path / "b.md"
+    assert main(["bench", "--platform", "cpu", "--output", str(md)]) == 0
+    assert "<!-- cpu-quick:start -->" in md.read_text()
+    assert "| 4 | lax.conv |" not in capsys.readouterr().out   # nothing on stdout then
+    # options that need the full suite are refused, not ignored
+    assert main(["bench", "--platform", "cpu", "--widths", "4"]) == 2
+    assert "--widths need the repository's benchmarks/" in capsys.readouterr().err
+
+
+def test_bench_quick_runs_the_packaged_benchmark_in_a_checkout(monkeypatch, capsys):
+    _fake_quick(monkeypatch)
+    monkeypatch.setattr(bench_cmd, "find_suite", lambda: pytest.fail("--quick took the suite"))
+    assert main(["bench", "--quick", "--platform", "cpu"]) == 0
+    assert "| 4 | ours | 1.000 | 2.000 |  |" in capsys.readouterr().out
+
+
+def test_bench_suite_in_a_checkout(monkeypatch, capsys):
+    suite = bench_cmd.find_suite()
+    if suite is None:
+        pytest.skip("not a checkout")
+    assert hasattr(suite, "run_suite")
+    assert main(["bench", "--platform", "cpu", "--sections", "matrix,bogus"]) == 2
+    assert "--sections: unknown bogus" in capsys.readouterr().err
+    assert main(["bench", "--platform", "cpu", "--sections", "decode", "--widths", "4"]) == 2
+    assert "only apply to the matrix" in capsys.readouterr().err
+    assert main(["bench", "--platform", "cpu", "--sections", "matrix", "--modes", "sparse"]) == 2
+    assert "--modes: unknown value 'sparse'" in capsys.readouterr().err
 
 
 def test_main_defaults_to_demo(monkeypatch):

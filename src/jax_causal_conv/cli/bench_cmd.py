@@ -1,176 +1,187 @@
-"""``jax-causal-conv bench``: run :func:`jax_causal_conv.bench.run_benchmarks`
-(which writes the markdown tables) and, with ``--plot``, sweep the sequence
-length for our kernel and the XLA baselines and plot time against it.
+"""``jax-causal-conv bench``: benchmarks, printed as markdown.
 
-Plotting takes records (dicts) naming the implementation, the sequence length and
-the time under any of the keys below, e.g. ``{"impl": "ours", "L": 4096, "ms":
-0.12}``; other keys (pass, dtype...) split the plot into one line per combination.
+Two tiers:
+
+- In a checkout of the repository (the ``benchmarks/`` folder next to
+  ``src/``, or importable), ``bench`` runs the benchmark suite
+  (``benchmarks/bench.py``): the conv matrix against floors and the XLA
+  shifted sum, the decode step, the W=4 baselines and PyTorch.
+- Installed from a wheel (no ``benchmarks/``), and with ``--quick``
+  anywhere, it runs the small wall-clock benchmark that ships in the package
+  (``cli/quick_bench.py``): ours against the XLA shifted sum and
+  ``lax.conv_general_dilated`` at a few widths, in seconds.
+
+Markdown goes to stdout, or with ``--output FILE`` into FILE between
+markers (the rest of FILE is kept). Progress goes to stderr.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 
-IMPL_KEYS = ("impl", "implementation", "name", "method", "backend")
-LEN_KEYS = ("L", "seqlen", "seq_len", "length")
-TIME_KEYS = ("ms", "time_ms", "median_ms", "us", "time_us", "median_us", "s", "time_s")
+SECTIONS = ("matrix", "decode", "baselines", "torch")
+CUDA_FIX = 'pip install "jax[cuda13]" (or "jax[cuda12]"), then reinstall jax-causal-conv with nvcc on PATH'
 
 
 def add_parser(sub):
-    p = sub.add_parser("bench", help="benchmark our kernels against baselines")
-    p.add_argument("--platform", choices=["auto", "cpu", "gpu"], default="auto")
-    p.add_argument("--out", default="docs/benchmarks.md", help="markdown table to write")
-    p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="also plot time vs sequence length (needs matplotlib)")
+    p = sub.add_parser(
+        "bench", help="benchmark our kernels against baselines (markdown)",
+        description="Benchmarks, printed as markdown (or written into --output between "
+                    "markers). From a checkout: the full suite in benchmarks/ (conv matrix "
+                    "against floors and the XLA shifted sum, decode step, baselines, PyTorch). "
+                    "Installed from a wheel, or with --quick: a small wall-clock benchmark "
+                    "that ships in the package, in seconds.")
+    add_arguments(p)
     return p
 
 
-def _key(rec, keys):
-    for k in keys:
-        if k in rec:
-            return k
+def add_arguments(p, suite=True, matrix=True, plot=True):
+    """The options of ``bench``; the benchmark modules reuse them."""
+    p.add_argument("--platform", choices=["auto", "cpu", "gpu"], default="auto",
+                   help="where to run (default: the GPU when JAX sees one)")
+    p.add_argument("--output", metavar="FILE",
+                   help="write the markdown into FILE between markers, keeping the rest "
+                        "(default: print it)")
+    if plot:
+        p.add_argument("--plot", metavar="FILE.png",
+                       help="plot of time against width (needs matplotlib); default with "
+                            "--output: next to it")
+    if suite:
+        p.add_argument("--quick", action="store_true",
+                       help="the small wall-clock benchmark that ships in the package (seconds)")
+        p.add_argument("--sections", metavar="LIST",
+                       help=f"checkout only: which of {','.join(SECTIONS)} to run (default all)")
+    if matrix:
+        p.add_argument("--json", metavar="FILE",
+                       help="checkout only: append the matrix cells to FILE (partial runs "
+                            "merge; --render turns them into markdown)")
+        g = p.add_argument_group("matrix filters (checkout only; comma-separated)")
+        g.add_argument("--widths", metavar="W,..", help="e.g. 4,8,64")
+        g.add_argument("--layouts", metavar="L,..", help="cf (channels-first), cl (channels-last)")
+        g.add_argument("--modes", metavar="M,..", help="dense, seq_idx, states")
+        g.add_argument("--dtypes", metavar="D,..", help="bf16, f32")
+        g.add_argument("--shapes", metavar="S,..", help="BxDxL, or big / small")
+        g.add_argument("--parts", metavar="P,..",
+                       help="fwd, bwd (backward alone), step (training step keeping y)")
+    return p
+
+
+def gpu_problem():
+    """None when JAX sees a GPU and our CUDA kernels are loaded; else one
+    sentence saying which is missing and how to fix it."""
+    import jax
+
+    from .._lowering import targets
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    kernels = "cuda" in targets.PLATFORMS
+    err = targets.CUDA_IMPORT_ERROR or ""
+    # A build without nvcc has no _jcc_cuda at all; Python's message for that
+    # ("partially initialized module ...") would mislead.
+    why = ("this installation has no CUDA module (it was built without nvcc)"
+           if not err or "cannot import name '_jcc_cuda'" in err else err)
+    if gpus and kernels:
+        return None
+    if not gpus and not kernels:
+        return (f"JAX sees no GPU (jax {jax.__version__}, backend {jax.default_backend()}) and "
+                f"our CUDA kernels are not loaded ({why}); fix: {CUDA_FIX}.")
+    if not gpus:
+        return (f"JAX sees no GPU (jax {jax.__version__}, backend {jax.default_backend()}; "
+                f"our CUDA kernels are built); fix: {CUDA_FIX.split(', then')[0]}.")
+    return (f"JAX sees {gpus[0].device_kind} but our CUDA kernels are not loaded ({why}); "
+            "fix: reinstall jax-causal-conv with nvcc (the CUDA toolkit) on PATH.")
+
+
+def resolve_platform(platform):
+    """'auto' / 'cpu' / 'gpu' -> 'cpu' or 'gpu'; SystemExit with one clear
+    sentence when the GPU was asked for and cannot be used."""
+    import jax
+    if platform in (None, "auto"):
+        return "gpu" if jax.default_backend() in ("gpu", "cuda") else "cpu"
+    if platform in ("gpu", "cuda"):
+        problem = gpu_problem()
+        if problem:
+            raise SystemExit(f"bench --platform gpu: {problem}")
+        return "gpu"
+    return "cpu"
+
+
+def write_section(path, marker, text):
+    """Puts `text` between ``<!-- marker:start -->`` and ``<!-- marker:end -->``
+    in the markdown file `path` (created if absent), keeping the rest."""
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    try:
+        with open(path) as f:
+            doc = f.read()
+    except FileNotFoundError:
+        doc = "# Benchmarks\n"
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    if start in doc and end in doc:
+        doc = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + block + "\n"
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(doc)
+
+
+def emit(text, output, marker):
+    """Markdown to stdout, or into `output` between `marker`'s markers."""
+    if output:
+        write_section(output, marker, text)
+        print(f"wrote {marker} into {output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text.rstrip() + "\n\n")
+        sys.stdout.flush()
+
+
+def find_suite():
+    """The repository's benchmark suite module (benchmarks.bench), or None
+    outside a checkout. Looks on sys.path, then in the checkout that holds
+    this package (src/jax_causal_conv -> the repository root)."""
+    import importlib
+    for attempt in range(2):
+        try:
+            return importlib.import_module("benchmarks.bench")
+        except ModuleNotFoundError as e:
+            if e.name not in ("benchmarks", "benchmarks.bench"):
+                raise
+        if attempt == 0:
+            here = os.path.dirname(os.path.abspath(__file__))
+            root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+            if not os.path.isfile(os.path.join(root, "benchmarks", "bench.py")):
+                return None
+            sys.path.insert(0, root)
+            sys.modules.pop("benchmarks", None)
     return None
 
 
-def series(records):
-    """Group records into {label: [(L, ms), ...]} sorted by L; raises ValueError
-    when the records lack an implementation, length or time field."""
-    out = {}
-    for rec in records:
-        ki, kl, kt = _key(rec, IMPL_KEYS), _key(rec, LEN_KEYS), _key(rec, TIME_KEYS)
-        if ki is None or kl is None or kt is None:
-            raise ValueError(f"benchmark record has no implementation/length/time field: {rec}")
-        scale = 1e-3 if kt.endswith("us") else 1e3 if kt in ("s", "time_s") else 1.0
-        extra = ", ".join(f"{k}={v}" for k, v in sorted(rec.items())
-                          if k not in (ki, kl, kt) and not isinstance(v, (float, list, dict)))
-        label = f"{rec[ki]}" + (f" ({extra})" if extra else "")
-        out.setdefault(label, []).append((int(rec[kl]), float(rec[kt]) * scale))
-    return {k: sorted(v) for k, v in out.items()}
-
-
-def _impls():
-    from jax import lax
-
-    import jax_causal_conv as jcc
-
-    def lax_conv(x, w, b):  # (B, L, D)
-        W = w.shape[-1]
-        y = lax.conv_general_dilated(x, w.T[:, None, :], (1,), [(W - 1, 0)],
-                                     dimension_numbers=("NWC", "WIO", "NWC"),
-                                     feature_group_count=x.shape[-1])
-        return y + b
-
-    return {
-        "ours": lambda x, w, b: jcc.causal_conv1d(x, w, b, channels_last=True),
-        "lax.conv_general_dilated": lax_conv,
-        "XLA shifted sum": lambda x, w, b: jcc.reference.causal_conv1d(x, w, b,
-                                                                       channels_last=True),
-    }
-
-
-def sweep(platform, lengths=None, B=None, D=None, W=4, dtype=None, reps=None, log=print):
-    """Time forward and forward+backward, channels-last, over sequence lengths:
-    records {"impl", "L", "pass", "ms"} for :func:`plot`."""
-    import statistics
-    import time
-
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    gpu = platform == "gpu"
-    lengths = lengths or ([512, 1024, 2048, 4096, 8192, 16384] if gpu
-                          else [256, 512, 1024, 2048, 4096])
-    B, D = B or (8 if gpu else 2), D or (4096 if gpu else 512)
-    dtype = dtype or (jnp.bfloat16 if gpu else jnp.float32)
-    reps = reps or (20 if gpu else 5)
-    impls = _impls()
-    rng = np.random.default_rng(0)
-    w = jnp.asarray(rng.standard_normal((D, W)) / 2, dtype)
-    b = jnp.asarray(rng.standard_normal((D,)), dtype)
-
-    def timeit(f, *args):
-        jax.block_until_ready(f(*args))
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            jax.block_until_ready(f(*args))
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e3
-
-    records = []
-    with jax.default_device(jax.devices(platform)[0]):
-        for L in lengths:
-            x = jnp.asarray(rng.standard_normal((B, L, D)), dtype)
-            g = jnp.asarray(rng.standard_normal((B, L, D)), dtype)
-            for name, fn in impls.items():
-                fwd = jax.jit(fn)
-                # g is an argument, not a closed-over constant XLA would try to fold
-                bwd = jax.jit(jax.grad(lambda x, w, b, g, fn=fn: jnp.sum(
-                    fn(x, w, b).astype(jnp.float32) * g), argnums=(0, 1, 2)))
-                for pas, f, args in (("fwd", fwd, (x, w, b)), ("fwd+bwd", bwd, (x, w, b, g))):
-                    ms = timeit(f, *args)
-                    records.append({"impl": name, "L": L, "pass": pas, "ms": ms})
-                    log(f"  L={L:6d} {name:26s} {pas:8s} {ms:9.4f} ms")
-    return records
-
-
-def plot(records, path, title="causal_conv1d"):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit("--plot needs matplotlib: pip install 'jax-causal-conv[bench]'")
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for label, pts in series(records).items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("sequence length L")
-    ax.set_ylabel("time (ms)")
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+CHECKOUT_ONLY = ("sections", "json", "widths", "layouts", "modes", "dtypes", "shapes", "parts")
 
 
 def run(args) -> int:
-    import importlib
     try:
-        bench = importlib.import_module("benchmarks.bench")
-    except ModuleNotFoundError as e:
-        if e.name not in ("benchmarks", "benchmarks.bench"):
-            raise
-        print("jax-causal-conv bench: the benchmarks live in the repository's benchmarks/ "
-              f"folder; run this from a checkout ({e}).", file=sys.stderr)
+        args.platform = resolve_platform(args.platform)
+    except SystemExit as e:
+        print(e, file=sys.stderr)
         return 2
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401  (fail before the benchmarks, not after)
-        except ImportError:
-            print("--plot needs matplotlib: pip install 'jax-causal-conv[bench]'",
+    suite = None if args.quick else find_suite()
+    if suite is None:
+        used = [f"--{k}" for k in CHECKOUT_ONLY if getattr(args, k, None)]
+        if used:
+            print(f"bench: {', '.join(used)} need the repository's benchmarks/ folder (run from a "
+                  "checkout); without them, bench runs the packaged quick benchmark.",
                   file=sys.stderr)
             return 2
-    import os
-    out_dir = os.path.dirname(args.out)
-    if out_dir:
-        os.makedirs(out_dir, exist_ok=True)
-    import jax
-    platform = args.platform
-    if platform == "auto":
-        platform = "gpu" if jax.default_backend() in ("gpu", "cuda", "rocm") else "cpu"
-    text = bench.run_benchmarks(platform, args.out)
-    if isinstance(text, str):
-        print(text)
-    print(f"wrote {args.out}")
-    if args.plot:
-        B = 8 if platform == "gpu" else 2
-        D = 4096 if platform == "gpu" else 512
-        print(f"sweeping the sequence length for the plot (B={B}, D={D}, W=4, channels last)")
-        records = sweep(platform, B=B, D=D)
-        plot(records, args.plot, title=f"causal_conv1d, {platform}, B={B} D={D} W=4")
-        print(f"wrote {args.plot}")
-    return 0
+        if not args.quick:
+            print("bench: no benchmarks/ folder here (an installed package): running the quick "
+                  "wall-clock benchmark; the full suite runs from a checkout.", file=sys.stderr)
+        from . import quick_bench
+        return quick_bench.run(args)
+    return suite.run_suite(args)

@@ -1,0 +1,213 @@
+"""Markdown, target checks and the width plot for the conv matrix's records
+(no timing here: it all works from the JSON that conv_matrix writes)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import matrix_cells as mc
+from .matrix_cells import cell_of, floor_us, primary
+from .matrix_plot import plot_width
+from .report import emit, fmt_us, heading, md_table
+
+# Issue 17 part 2 (GPU targets). The CPU is held to the first only.
+FWD_FLOOR_TARGETS = ((16, 0.90), (64, 0.75), (None, 0.50))   # (max W, fraction of floor)
+STEP_FLOOR_MAX = 1.10        # step time / its floor, W <= 8
+STEP_FLOOR_WIDTH = 8
+SEQ_IDX_OVER_DENSE = 1.05    # seq_idx time / dense time, same width
+
+
+def fwd_floor_target(W):
+    for wmax, frac in FWD_FLOOR_TARGETS:
+        if wmax is None or W <= wmax:
+            return frac
+
+
+def slower_than_xla(rec):
+    """[(pass, {metric: ours/xla})] where ours is slower than the XLA shifted sum."""
+    out = []
+    ours, xla = rec["times"].get("ours", {}), rec["times"].get("xla", {})
+    for pas in mc.PASSES:
+        if pas not in ours or pas not in xla:
+            continue
+        slow = {m: ours[pas][m] / xla[pas][m] for m in ("dev_us", "wall_us")
+                if ours[pas].get(m) is not None and xla[pas].get(m) is not None
+                and ours[pas][m] > xla[pas][m]}
+        if slow:
+            out.append((pas, slow))
+    return out
+
+
+def target_misses(records):
+    """[(cell, text)] for every cell missing one of issue 17's GPU targets."""
+    out = []
+    dense = {}
+    for r in records:
+        c = cell_of(r)
+        if c.mode == "dense":
+            dense[(c.B, c.D, c.L, c.dtype, c.layout, c.W)] = r
+    for r in records:
+        c, ours = cell_of(r), r["times"].get("ours", {})
+        for pas, slow in slower_than_xla(r):
+            if pas in ("fwd", "step"):
+                how = ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x"
+                                for m, v in slow.items())
+                out.append((c, f"{pas} slower than the XLA shifted sum ({how} its time)"))
+        if c.mode not in ("dense", "seq_idx"):
+            continue
+        if "fwd" in ours:
+            frac = floor_us(r, "fwd")[0] / primary(ours["fwd"])[0]
+            want = fwd_floor_target(c.W)
+            if frac < want:
+                out.append((c, f"fwd at {frac:.0%} of its floor (target >= {want:.0%})"))
+        if "step" in ours and c.W <= STEP_FLOOR_WIDTH:
+            ratio = primary(ours["step"])[0] / floor_us(r, "step")[0]
+            if ratio > STEP_FLOOR_MAX:
+                out.append((c, f"step at {ratio:.2f}x its floor (target <= {STEP_FLOOR_MAX:.2f}x)"))
+        d = dense.get((c.B, c.D, c.L, c.dtype, c.layout, c.W))
+        if c.mode == "seq_idx" and d is not None:
+            for pas in ("fwd", "step"):
+                if pas in ours and pas in d["times"].get("ours", {}):
+                    ratio = primary(ours[pas])[0] / primary(d["times"]["ours"][pas])[0]
+                    if ratio > SEQ_IDX_OVER_DENSE:
+                        out.append((c, f"seq_idx {pas} {ratio:.2f}x dense's time "
+                                       f"(target <= {SEQ_IDX_OVER_DENSE:.2f}x)"))
+    return out
+
+
+def _time_cell(t, dev):
+    if t is None:
+        return "—"
+    return f"{fmt_us(t.get('dev_us'))} ({fmt_us(t['wall_us'])})" if dev else fmt_us(t["wall_us"])
+
+
+def _ratio_cell(o, x, dev):
+    if o is None or x is None:
+        return "—"
+    wall = f"{x['wall_us'] / o['wall_us']:.2f}"
+    if not dev:
+        return wall
+    r = (f"{x['dev_us'] / o['dev_us']:.2f}" if o.get("dev_us") and x.get("dev_us") is not None
+         else "—")
+    return f"{r} ({wall})"
+
+
+def table(recs, dev):
+    """Rows (layout, mode, W) of one shape and dtype."""
+    header = ["layout", "mode", "W"]
+    for pas in mc.PASSES:
+        header += [f"{pas} µs", f"{pas} % floor", f"{pas} XLA/ours"]
+    header.append("floors µs fwd / bwd / step")
+    rows = []
+    for r in sorted(recs, key=lambda r: (mc.LAYOUTS.index(r["key"]["layout"]),
+                                         mc.MODES.index(r["key"]["mode"]), r["key"]["W"])):
+        c, ours, xla = cell_of(r), r["times"].get("ours", {}), r["times"].get("xla", {})
+        row = [c.layout, c.mode, c.W]
+        floors = []
+        for pas in mc.PASSES:
+            fl, kind = floor_us(r, pas)
+            floors.append(f"{fmt_us(fl)}{'c' if kind == 'copy' else 'f'}")
+            o = ours.get(pas)
+            row += [_time_cell(o, dev),
+                    f"{fl / primary(o)[0]:.0%}" if o and primary(o)[0] else "—",
+                    _ratio_cell(o, xla.get(pas), dev)]
+        row.append(" / ".join(floors))
+        rows.append(row)
+    return md_table(header, rows, right=range(2, len(header)))
+
+
+def _runs(recs):
+    seen = {}
+    for r in recs:
+        k = (r["meta"]["date"], r["meta"].get("commit"), round(r["calib"]["copy_bytes_per_s"]))
+        seen[k] = r
+    return list(seen.values())
+
+
+def render_group(recs, plot_link=None):
+    """Markdown for the records of one platform and device."""
+    meta = recs[0]["meta"]
+    dev = any(t.get("dev_us") is not None for r in recs for p in r["times"].values()
+              for t in p.values())
+    out = [heading(meta, "Conv matrix"), ""]
+    for r in _runs(recs):
+        cal, m = r["calib"], r["meta"]
+        out.append(f"- run of {m['date']} (jax {m['jax']}"
+                   + (f", commit {m['commit']}" if m.get("commit") else "") + f"): copy "
+                   f"bandwidth {cal['copy_bytes_per_s'] / 1e9:.1f} GB/s ({cal['time_source']} "
+                   f"time of an in-place `-x` pass over {cal['copy_bytes'] / 2 ** 21:.0f} MiB, read "
+                   f"and written), "
+                   f"float32 FMA rate {cal['fma_per_s'] / 1e12:.3f} T/s ({cal['gemm']}, "
+                   f"{cal['gemm_size']}^3, precision HIGHEST)")
+    out += ["", ("Times in µs per call: device time from the profiler, wall time in "
+                 "parentheses; '% floor' and 'XLA/ours' (XLA's time / ours, > 1: ours faster) "
+                 "from device time, wall in parentheses." if dev else
+                 "Times in µs per call (wall time); '% floor' = floor / time; 'XLA/ours' = "
+                 "the XLA shifted sum's time / ours (> 1: ours faster)."),
+            "Floors: 'c' copy-bound, 'f' FMA-bound (see Method). Layout cf = channels-first "
+            "(B, D, L), cl = channels-last (B, L, D).", ""]
+    if plot_link:
+        out += [f"![time against width]({plot_link})", ""]
+    groups = {}
+    for r in recs:
+        c = cell_of(r)
+        groups.setdefault((c.B, c.D, c.L, c.dtype), []).append(r)
+    for (B, D, L, dt), rs in sorted(groups.items(), key=lambda kv: (-kv[0][0] * kv[0][1] * kv[0][2],
+                                                                    kv[0])):
+        n = rs[0].get("n_calls", 1)
+        extra = f", {n} independent calls per program" if n > 1 else ""
+        out += [f"#### (B, D, L) = ({B}, {D}, {L}), {dt}{extra}", ""] + table(rs, dev) + [""]
+    slow = [(cell_of(r), pas, s) for r in recs for pas, s in slower_than_xla(r)]
+    out.append(f"Cells where ours is slower than the XLA shifted sum (any pass, device or wall "
+               f"time): {len(slow) or 'none'}.")
+    for c, pas, s in sorted(slow, key=lambda t: (t[0], t[1])):
+        how = ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x" for m, v in s.items())
+        out.append(f"- {c.label()}: {pas} ({how} XLA's time)")
+    errs = [(cell_of(r), k, e) for r in recs for k, e in sorted(r.get("errors", {}).items())]
+    if errs:
+        out += ["", f"Programs that failed (no time; '—' in the tables): {len(errs)}."]
+        out += [f"- {c.label()}: {k}: {e}" for c, k, e in sorted(errs, key=lambda t: t[0])]
+    if meta["platform"] == "gpu":
+        miss = target_misses(recs)
+        out += ["", f"Cells missing issue 17's targets: {len(miss) or 'none'}."]
+        out += [f"- {c.label()}: {why}" for c, why in sorted(miss, key=lambda t: t[0])]
+    extra_ops = {}
+    for r in recs:
+        for k, census in r.get("hlo", {}).items():
+            if k.startswith("ours/") and census["other"]:
+                for op, cnt in census["other"].items():
+                    extra_ops.setdefault(k, {}).setdefault(op, set()).add(cnt)
+    out += ["", "Compiled programs (checked when measured): ours' forward makes one forward "
+            "call per call, its backward one backward call and no forward, its training step "
+            "one of each; the XLA programs call none of ours. Other ops in ours' programs: "
+            + ("; ".join(f"{k}: " + ", ".join(f"{op}" for op in sorted(v))
+                         for k, v in sorted(extra_ops.items())) or "none") + "."]
+    return "\n".join(out) + "\n"
+
+
+def by_platform(records):
+    out = {}
+    for r in records:
+        if r.get("kind") == "conv_matrix":
+            out.setdefault(r["meta"]["platform"], {}).setdefault(r["meta"]["device"], []).append(r)
+    return out
+
+
+def publish(records, output=None, plot=None, log=None):
+    """Markdown per platform to stdout or into `output` (marker
+    '<platform>-matrix'), and the width plot (next to `output` by default)."""
+    log = log or (lambda s: print(s, file=sys.stderr))
+    for platform, devices in by_platform(records).items():
+        path = plot or (os.path.join(os.path.dirname(output) or ".",
+                                     f"benchmarks-{platform}-width.png") if output else None)
+        if plot and len(by_platform(records)) > 1:
+            root, ext = os.path.splitext(plot)
+            path = f"{root}-{platform}{ext}"
+        link = None
+        if path:
+            recs = [r for rs in devices.values() for r in rs]
+            if plot_width(recs, path, log):
+                link = os.path.relpath(path, os.path.dirname(output) or ".") if output else path
+        text = "\n".join(render_group(rs, link) for rs in devices.values())
+        emit(text, output, f"{platform}-matrix")

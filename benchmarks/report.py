@@ -1,0 +1,114 @@
+"""What the benchmarks share for reporting: run metadata, number formats,
+markdown tables, and the JSON store of measured records (partial runs
+merge: a record replaces an earlier one with the same key)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import subprocess
+
+from jax_causal_conv.cli.bench_cmd import emit, write_section  # noqa: F401  (re-exported)
+
+
+def run_meta(platform):
+    """Where and when: platform, device kind, date, versions, git commit."""
+    import jax
+
+    import jax_causal_conv as jcc
+    dev = jax.devices(platform)[0]
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
+                                capture_output=True, timeout=10).stdout.strip() or None
+    except Exception:  # no git, not a checkout
+        commit = None
+    return dict(platform=platform, device=getattr(dev, "device_kind", platform),
+                date=datetime.date.today().isoformat(), jax=jax.__version__,
+                jax_causal_conv=jcc.__version__, commit=commit)
+
+
+def heading(meta, what):
+    commit = f", commit {meta['commit']}" if meta.get("commit") else ""
+    return (f"### {what}: {meta['device']} ({meta['platform']}), {meta['date']}, "
+            f"jax {meta['jax']}{commit}")
+
+
+def fmt_us(us):
+    """Microseconds with about 4 significant digits; '—' for a missing value."""
+    if us is None or (isinstance(us, float) and math.isnan(us)):
+        return "—"
+    if us >= 1000:
+        return f"{us:,.0f}"
+    if us >= 100:
+        return f"{us:.1f}"
+    return f"{us:.2f}"
+
+
+def md_table(header, rows, right=None):
+    """A markdown table; `right`: indices of right-aligned (numeric) columns."""
+    right = set(range(1, len(header))) if right is None else set(right)
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---:" if i in right else "---" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def load_records(paths):
+    """Records of the JSON files, later files and later records winning per key."""
+    merged = {}
+    for p in paths:
+        with open(p) as f:
+            data = json.load(f)
+        for r in data.get("records", []):
+            merged[record_key(r)] = r
+    return list(merged.values())
+
+
+def record_key(r):
+    return json.dumps([r.get("kind"), r["meta"]["platform"], r["meta"]["device"], r["key"]],
+                      sort_keys=True)
+
+
+def append_records(path, records):
+    """Adds records to the JSON file at `path` (created if absent), replacing
+    those with the same key; written atomically."""
+    old = load_records([path]) if os.path.exists(path) else []
+    merged = {record_key(r): r for r in old}
+    for r in records:
+        merged[record_key(r)] = r
+    d = os.path.dirname(path)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump({"version": 1, "records": list(merged.values())}, f, indent=1)
+    os.replace(tmp, path)
+
+
+# Rows of the baseline tables (baselines.py, bench_torch.py): one timed
+# implementation of one shape, fwd and training step, beside a copy yardstick.
+
+def add_row(rows, log, name, impl, t_fwd, t_step, t_copy):
+    """Records one timed implementation (seconds) as a table row, and logs it."""
+    rows.append(dict(shape=name, impl=impl, fwd_ms=t_fwd * 1e3, step_ms=t_step * 1e3,
+                     copy_ms=t_copy * 1e3, frac=t_copy / t_fwd))
+    log(f"{name:34s} {impl:22s} fwd {t_fwd*1e3:8.4f} ms  step {t_step*1e3:8.4f} ms  "
+        f"copy {t_copy*1e3:8.4f} ms  ({t_copy / t_fwd:5.1%} of copy bw)")
+
+
+def speed_table(rows, ours_impl):
+    """Markdown rows: times, the copy yardstick, and each row against ours."""
+    header = ["shape (B,D,L) dtype", "impl", "fwd ms", "train step ms", "copy ms", "of copy bw",
+              "ours faster"]
+    ours = {r["shape"]: r for r in rows if r["impl"] == ours_impl}
+    out = []
+    for r in rows:
+        o = ours.get(r["shape"])
+        ratio = ("" if o is None or r is o else
+                 f"{r['fwd_ms'] / o['fwd_ms']:.2f}x / {r['step_ms'] / o['step_ms']:.2f}x")
+        out.append([r["shape"], r["impl"], f"{r['fwd_ms']:.4f}", f"{r['step_ms']:.4f}",
+                    f"{r['copy_ms']:.4f}", f"{r['frac']:.1%}", ratio])
+    return md_table(header, out, right=range(2, len(header)))
