@@ -1,12 +1,14 @@
-// Channels-last backward for the hot case: one sequence per row (no seq_idx /
-// varlen), W <= 4. It keeps only what the plain case needs and stages x and
-// dy through shared memory with cp.async, a group of steps ahead (double
-// buffered), so many bytes are in flight without holding registers. It
-// needs whole, aligned channel vectors (dim % kClV == 0). A block of kClX x
-// kClY threads, kClV channels x kClBwdSteps steps per thread; states.cu's
-// ReduceKernel adds the partial sums and StatesGradKernel the state terms.
-//   g[t] = dy[t] act'(pre[t]),  dx[p] = sum_k w[k] g[p + H - k],
-// walking forwards and emitting dx H steps behind the g it computes.
+// Channels-last backward over whole aligned channel vectors (see
+// cl_row.cuh): each thread owns kV channels and a slice of kClBwdSteps
+// steps, stages x and dy through shared memory with cp.async a group of
+// steps ahead (double buffered), and walks forwards:
+//   g[t] = dy[t] act'(pre[t]) (zero on padding),  dweight[k] += g[t] tap_k(t),
+//   dx[p] = sum_k w[k] g[p + H - k]  (outputs of p's sequence),
+// emitting dx H steps behind the g it computes. A step whose window is one
+// sequence (a running count of equal ids, kMasked) serves both its g and
+// the dx of the step H before it with the plain taps. The block's partial
+// sums go to the workspace (states.cu's ReduceKernel); StatesGradKernel adds
+// the state terms.
 #include "cl_row.cuh"
 #include "cp_async.cuh"
 #include "launchers.h"
@@ -14,30 +16,39 @@
 namespace jcc::cuda {
 namespace {
 
-// Steps per staged group: 8 x 2 tensors x 8 or 16 bytes per thread, two groups
-// in flight (double buffer), 32 KiB of shared memory per block either way.
+constexpr int kBlockSteps = kClY * kClBwdSteps;
+
+// Steps per staged group: 8 x 2 tensors x kV * sizeof(T) bytes per thread,
+// two groups in flight (double buffer).
 template <typename T>
 struct ClRowStage {
   static constexpr int kU = sizeof(T) >= 4 ? 4 : 8;
 };
 
-template <typename T, int kW>
+template <typename T, int kW, bool kMasked>
 __global__ void __launch_bounds__(kClX * kClY)
     BwdClRowKernel(const ConvArgs a, int64_t nchunk, float* ws) {
-  constexpr int H = kW - 1, kHist = H > 0 ? H : 1, kV = kClV, U = ClRowStage<T>::kU;
+  constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClBwdVec(sizeof(T), kW), U = ClRowStage<T>::kU;
   constexpr int kThreadsPerBlock = kClX * kClY;
+  constexpr bool kBucket = kW > 8;
   using Raw = ChRaw<T, kV>;
   // stage[buffer][tensor: x, dy][step][thread]
   __shared__ Raw stage[2][2][U][kThreadsPerBlock];
   __shared__ float red[kClY][kClX][kV * (kW + 1)];
+  __shared__ ClIdsOf<kBlockSteps, kMasked> ids;
   const int tid = threadIdx.y * kClX + threadIdx.x;
   const int64_t D = a.dim, L = a.len;
   const ClBlock blk = LocateClBlock<kV>(D, nchunk);
   const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
+  if constexpr (kMasked) {
+    ids.Stage(a, b, chunk * kBlockSteps);
+    __syncthreads();
+  }
   const int64_t ts = (chunk * kClY + threadIdx.y) * kClBwdSteps;
   const int64_t te = Min64(L, ts + kClBwdSteps);
   const bool active = c0 < D && ts < te;
   const bool silu = a.act == Activation::kSilu;
+  const int W = int(a.width), pad = kW - W;
   const int64_t grp = b / a.batch_per_group();
 
   float dw[kW + 1][kV] = {};
@@ -58,13 +69,17 @@ __global__ void __launch_bounds__(kClX * kClY)
     };
     stage_group(ts, 0);  // in flight while the weights and history load
 
-    const int64_t wbase = grp * D;
     float w[kW][kV], bias[kV];
-    LoadClTaps<kW, kV>(a, wbase + c0, kV, w, bias);  // whole vectors here
+    LoadClTaps<kW, kV>(a, grp * D + c0, pad, w, bias);
     T* dxb = static_cast<T*>(a.dx) + b * L * D;
 
-    float xw[kHist][kV], gw[kHist][kV] = {};  // input and g at steps t - H .. t - 1
+    float xw[kHs][kV], gw[kHs][kV] = {};  // input and g at steps t - H .. t - 1
     LoadClHistory<T, kV, H>(a, xb, b, c0, ts, xw);
+    int run = 0;  // kMasked: how many steps before t share t's id (capped at H)
+    if constexpr (kMasked) {
+      const int32_t id0 = ids.Id(ts);
+      for (int k = 1; k <= H && ids.Id(ts - k) == id0; ++k) run = k;
+    }
     int buf = 0;
     for (int64_t t = ts; t < tend; t += U, buf ^= 1) {
       if (t + U < tend) {  // prefetch the next group, then wait for this one
@@ -78,33 +93,51 @@ __global__ void __launch_bounds__(kClX * kClY)
         if (tt >= tend) break;
         const bool in = tt < tload;
         const Raw xr = stage[buf][0][u][tid], dr = stage[buf][1][u][tid];
+        bool live = in, clean = true;
+        int32_t id = 0;
+        if constexpr (kMasked) {
+          id = ids.Id(tt);
+          if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
+          clean = run >= H && id >= 0;
+          live = in && id >= 0;
+        }
         float g[kV], xt[kV];
 #pragma unroll
         for (int c = 0; c < kV; ++c) {
           xt[c] = xr[c];  // zero-filled past tload
+          float tv[kHs];  // the taps this output reads (masked)
+#pragma unroll
+          for (int k = 0; k < H; ++k)
+            tv[k] = clean || !kMasked || ids.Id(tt - H + k) == id
+                        ? xw[k][c] : MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c);
           float pre = bias[c] + w[H][c] * xt[c];
 #pragma unroll
-          for (int k = 0; k < H; ++k) pre += w[k][c] * xw[k][c];
-          g[c] = in ? ActGrad(pre, dr[c], silu) : 0.f;
-        }
-        if (tt < te) {
+          for (int k = 0; k < H; ++k)
+            if (!kBucket || k >= pad) pre += w[k][c] * tv[k];
+          g[c] = live ? ActGrad(pre, dr[c], silu) : 0.f;
+          if (tt < te) {
 #pragma unroll
-          for (int c = 0; c < kV; ++c) {
-#pragma unroll
-            for (int k = 0; k < H; ++k) dw[k][c] += g[c] * xw[k][c];
+            for (int k = 0; k < H; ++k)
+              if (!kBucket || k >= pad) dw[k][c] += g[c] * tv[k];
             dw[H][c] += g[c] * xt[c];
             dw[kW][c] += g[c];
           }
         }
-        // dx at p = tt - H: tap k reads g at p + H - k = tt - k.
+        // dx at p = tt - H: tap k reads g at p + H - k = tt - k, counted when
+        // that output shares p's id.
         const int64_t p = tt - H;
         if (p >= ts) {
+          const int32_t idp = kMasked ? ids.Id(p) : 0;
           float out[kV];
 #pragma unroll
           for (int c = 0; c < kV; ++c) {
-            float acc = w[0][c] * g[c];
+            float acc = 0.f;
 #pragma unroll
-            for (int k = 1; k < kW; ++k) acc += w[k][c] * gw[H - k][c];
+            for (int k = 0; k < kW; ++k) {
+              if (kBucket && k < pad) continue;
+              const float gv = k == 0 ? g[c] : gw[H - k][c];
+              if (clean || !kMasked || ids.Id(tt - k) == idp) acc += w[k][c] * gv;
+            }
             out[c] = acc;
           }
           StoreVec<T, kV>(dxb + p * D + c0, out);
@@ -120,22 +153,65 @@ __global__ void __launch_bounds__(kClX * kClY)
       }
     }
   }
-  WriteClPartials<kW, kV>(a, red, dw, b, c0, nchunk, chunk, ws);
+  // The block's partial sums over its kClY slices, in slice order:
+  // ws[grp][part][d][W + 1] (bucket slot k is tap k - pad).
+#pragma unroll
+  for (int k = 0; k <= kW; ++k)
+#pragma unroll
+    for (int c = 0; c < kV; ++c) red[threadIdx.y][threadIdx.x][k * kV + c] = dw[k][c];
+  __syncthreads();
+  if (threadIdx.y == 0 && c0 < D) {
+    const int64_t bpg = a.batch_per_group();
+    const int64_t nparts = bpg * nchunk, part = (b % bpg) * nchunk + chunk;
+    for (int c = 0; c < kV && c0 + c < D; ++c) {
+      float* wsrow = ws + ((grp * nparts + part) * D + c0 + c) * (W + 1);
+      for (int k = pad; k <= kW; ++k) {
+        float s = 0.f;
+        for (int y = 0; y < kClY; ++y) s += red[y][threadIdx.x][k * kV + c];
+        wsrow[k == kW ? W : k - pad] = s;
+      }
+    }
+  }
+}
+
+template <typename T, int kW>
+cudaError_t Launch(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream) {
+  const dim3 grid(unsigned(ClBlocks(a.batch, nchunk, a.dim, ClBwdVec(sizeof(T), kW))));
+  const dim3 block(kClX, kClY);
+  if (a.mode == SegmentMode::kRow) BwdClRowKernel<T, kW, false><<<grid, block, 0, stream>>>(a, nchunk, ws);
+  else BwdClRowKernel<T, kW, true><<<grid, block, 0, stream>>>(a, nchunk, ws);
+  return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream) {
-  const dim3 grid(unsigned(ClBlocks(a.batch, nchunk, a.dim, kClV)));
-  const dim3 block(kClX, kClY);
-  switch (a.width) {
-    case 2: BwdClRowKernel<T, 2><<<grid, block, 0, stream>>>(a, nchunk, ws); break;
-    case 3: BwdClRowKernel<T, 3><<<grid, block, 0, stream>>>(a, nchunk, ws); break;
-    default: BwdClRowKernel<T, 4><<<grid, block, 0, stream>>>(a, nchunk, ws); break;
+  switch (ClBucket(int(a.width))) {
+    case 1: return Launch<T, 1>(a, nchunk, ws, stream);
+    case 2: return Launch<T, 2>(a, nchunk, ws, stream);
+    case 3: return Launch<T, 3>(a, nchunk, ws, stream);
+    case 4: return Launch<T, 4>(a, nchunk, ws, stream);
+    case 5: return Launch<T, 5>(a, nchunk, ws, stream);
+    case 6: return Launch<T, 6>(a, nchunk, ws, stream);
+    case 7: return Launch<T, 7>(a, nchunk, ws, stream);
+    case 8: return Launch<T, 8>(a, nchunk, ws, stream);
+    case 12: return Launch<T, 12>(a, nchunk, ws, stream);
+    default: return Launch<T, 16>(a, nchunk, ws, stream);
   }
-  return cudaGetLastError();
 }
 
 }  // namespace
+
+int64_t ClRowChunks(const ConvArgs& a, bool backward) {
+  const int64_t steps = int64_t(kClY) * (backward ? kClBwdSteps : kClFwdSteps);
+  const int64_t vec = ClRowVec(a, backward);
+  const int64_t nchunk = CeilDiv(a.len, steps);
+  return ClBlocks(a.batch, nchunk, a.dim, int(vec)) <= INT_MAX ? nchunk : 0;
+}
+
+int ClRowVec(const ConvArgs& a, bool backward) {
+  const int bucket = ClBucket(int(a.width)), bytes = DTypeBytes(a.x_dtype);
+  return backward ? ClBwdVec(bytes, bucket) : ClFwdVec(bytes, bucket);
+}
 
 cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   switch (a.x_dtype) {

@@ -1,152 +1,206 @@
-// Streaming backward for the hot case of forward_stream.cu (see stream.cuh).
-// A warp owns a span of up to kMaxChunksPerWarp warp chunks of one row and
-// walks them from last to first, so its set-up (row, weights) and its partial
-// dweight/dbias are paid once per span. For each chunk each thread loads its
-// kVecs vectors of x and dy at once, then walks them from last to first:
-//   g[t] = dy[t] act'(pre[t]),  dx[t] = sum_k w[k] g[t + H - k] (+ dfinal tail)
-// The H inputs before a vector come from the lane before (lane 0: lane 31 of
-// the previous vector, or the chunk's history); the H values of g after a
-// vector from the lane after (lane 31: lane 0 of the next vector, or of the
-// chunk after, handed over from the previous iteration; past the span, g
-// recomputed from one extra x and dy vector that lane 31 loads). Each warp's
-// partial dweight/dbias go to ws[grp][part][d][W + 1] (part = (b %
-// batch_per_group) * warps_per_row + the warp's index in its row) for
-// states.cu's ReduceKernel to add in a fixed order; dinitial_states and the
-// final-state cotangent are left to StatesGradKernel.
+// Streaming backward for the rows of forward_stream.cu (see stream.cuh). A
+// warp owns a span of chunks of one channel row and walks them in order; per
+// chunk each thread loads its kVecs vectors of x and dy at once (plus the
+// vector before the chunk for the x halo and, for the first lanes, the
+// vector after it), then for each vector
+//   g = dy * act'(pre)  (pre recomputed from x; zero on padding / past the end),
+//   dweight[k] += g * x[t - H + k],  dbias += g,
+//   dx = sum_k w[k] g[t + H - k],
+// the H inputs before a vector from the lanes behind and the H values of g
+// after it from the lanes ahead, by shuffles; g of the vector after the
+// chunk is computed by the lanes that load it. With seq_idx (kMasked) the
+// block stages each chunk's ids once, and vectors whose windows leave their
+// sequence take the masked taps. The warp's partial dweight/dbias go to
+// ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
+// states.cu's ReduceKernel; dinitial_states and the final-states cotangent
+// are left to StatesGradKernel.
 #include "launchers.h"
 #include "stream.cuh"
 
 namespace jcc::cuda {
 namespace {
 
-template <typename T, int kW>
+template <typename T, int kW, bool kMasked>
 __global__ void __launch_bounds__(kStreamThreads)
-    BwdStreamKernel(const ConvArgs a, int64_t warps_per_row, int chunks_per_warp, float* ws) {
+    BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws) {
   using S = Stream<T>;
-  constexpr int N = S::kN, V = S::kVecs, H = kW - 1, kHist = H > 0 ? H : 1;
-  constexpr int kVecStride = 32 * N;  // steps between a lane's vectors
-  constexpr int kWarpSteps = S::kWarpSteps;
-  static_assert(H < N, "halo must come from one neighbour");
-  const WarpChunk wc = LocateWarp(a, warps_per_row, int64_t(kWarpSteps) * chunks_per_warp);
-  if (!wc.valid) return;
+  constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
+  constexpr bool kBucket = kW > 8;
+  using Scratch = StreamScratch<kW, N>;
+  __shared__ StreamIdsOf<T, kMasked> sids;
+  __shared__ std::conditional_t<kMasked, Scratch, char> scr;
+  __shared__ float part_masked[kMasked ? kStreamThreads : 1][kW + 1];  // the masked path's partials
+  const StreamPlace pl = LocateStream(a, spans_per_row, chunks_per_span);
   const int lane = threadIdx.x & 31;
-  const int64_t L = a.len;
-  const int64_t span_end = Min64(L, wc.c0 + int64_t(kWarpSteps) * chunks_per_warp);
-  const int nchunks = int(CeilDiv(span_end - wc.c0, kWarpSteps));
-  float w[kW];
-  const float bias = LoadTaps<kW>(a, wc.row, w);
+  const int64_t L = a.len, b = pl.b, d = pl.live ? pl.d : 0;
+  const int W = int(a.width), pad = kW - W, q_real = (W - 1 + N - 1) / N;
+  const int64_t nchunks = CeilDiv(L, int64_t(S::kChunk));
+  const int64_t chunk_end = Min64(nchunks, pl.first_chunk + chunks_per_span);
+  const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
+  const int64_t row = a.io_layout().At(b, d, 0);
+  const T* dyrow = static_cast<const T*>(a.dy) + row;
+  T* dxrow = static_cast<T*>(a.dx) + row;
   const bool silu = a.act == Activation::kSilu;
-  const int64_t b = DivFast(wc.row, a.dim), d = wc.row - b * a.dim;
-  const T* xrow = static_cast<const T*>(a.x) + wc.row * L;
-  const T* dyrow = static_cast<const T*>(a.dy) + wc.row * L;
-  T* dxrow = static_cast<T*>(a.dx) + wc.row * L;
+  const int32_t hist = kMasked ? HistoryId(a, b) : 0;
+  float w[kW];
+  const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
+  float part[kW + 1] = {};  // partial dweight (bucket slots) and dbias (index kW)
+  if constexpr (kMasked) {
+    if (lane == 0)
+#pragma unroll
+      for (int k = 0; k < kW; ++k) scr.taps[threadIdx.x >> 5][k] = w[k];
+#pragma unroll
+    for (int k = 0; k <= kW; ++k) part_masked[threadIdx.x][k] = 0.f;
+    __syncwarp();
+  }
   const uint4 zero = make_uint4(0, 0, 0, 0);
 
-  float part[kW + 1] = {};   // partial dweight (k < W) and dbias (k == W)
-  // Lane 31: g at the H steps after the current chunk; for the span's last
-  // chunk, recomputed from the vector after the span (zero past the row's end).
-  float gafter[kHist] = {};
-  if (H > 0 && lane == 31 && span_end < L) {
-    float xl[N], xn[N], dn[N];
-    Unpack<T, N>(LoadRaw16(xrow + span_end - N), xl);
-    Unpack<T, N>(LoadRaw16(xrow + span_end), xn);
-    Unpack<T, N>(LoadRaw16(dyrow + span_end), dn);
-#pragma unroll
-    for (int i = 0; i < H; ++i) {
-      float pre = bias;
-#pragma unroll
-      for (int k = 0; k < kW; ++k) {
-        const int idx = i - H + k;
-        pre += w[k] * (idx < 0 ? xl[N + idx] : xn[idx]);
-      }
-      gafter[i] = ActGrad(pre, dn[i], silu);
+  for (int64_t ci = pl.first_chunk; ci < chunk_end; ++ci) {
+    const int64_t c0 = ci * S::kChunk;
+    if constexpr (kMasked) {
+      __syncthreads();  // the previous chunk's readers are done
+      sids.Stage(a, b, c0, hist);
+      __syncthreads();
+      sids.Summarise();
+      __syncthreads();
     }
-  }
-  for (int ci = nchunks - 1; ci >= 0; --ci) {
-    const int64_t c0 = wc.c0 + int64_t(ci) * kWarpSteps;
-    // This lane's vector j covers steps t0 + j * kVecStride + [0, N); `left`
-    // steps of the row remain from t0 (vector j exists iff j * kVecStride < left).
-    const int64_t t0 = c0 + int64_t(lane) * N, left = L - t0;
-    const T* xp = xrow + t0;
-    const T* dyp = dyrow + t0;
+    if (!pl.live) continue;  // whole warps; they still join the barriers above
 
-    // All loads first.
-    uint4 xr[V], dyr[V], prev = zero;
+    // All loads first: xr[j + 1] = x vector j (j = -1 .. V: before the chunk,
+    // its vectors, after it), dyr[j] = dy vector j (j = 0 .. V).
+    uint4 xr[V + 2], dyr[V + 1];
+    xr[0] = kQ > 0 && lane >= 32 - kQ ? LoadVectorBefore<T>(a, xrow, b, d, c0 - (32 - lane) * N) : zero;
+#pragma unroll
+    for (int j = 0; j <= V; ++j) {
+      const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+      const bool ok = t < L && (j < V || lane < kQ);
+      xr[j + 1] = ok ? LoadRaw16(xrow + t) : zero;
+      dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
+    }
+
+    // g of vector j (j == V: the vector after the chunk, lanes < kQ), and
+    // for j < V this vector's share of dweight/dbias. Every lane calls it.
+    auto g_of = [&](int j, float (&g)[N]) {
+      float cur[N], prev[N], h[kHs], dyv[N];
+      Unpack<T, N>(xr[j + 1], cur);
+      Unpack<T, N>(xr[j], prev);
+      LeftHalo<N, kH>(cur, prev, lane, h);
+      Unpack<T, N>(dyr[j], dyv);
+      const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+#pragma unroll
+      for (int n = 0; n < N; ++n) g[n] = 0.f;
+      if (p0 >= L || (j == V && lane >= kQ)) return;
+      float win[kH + N];  // win[i] is the input at step p0 - kH + i
+#pragma unroll
+      for (int i = 0; i < kH; ++i) win[i] = h[i];
+#pragma unroll
+      for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+      if (sids.Clean(j * 32 + lane, q_real, false)) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          g[n] = dyv[n];
+          if (silu) {
+            float pre = bias;
+#pragma unroll
+            for (int k = 0; k < kW; ++k)
+              if (!kBucket || k >= pad) pre += w[k] * win[n + k];
+            g[n] = ActGrad(pre, dyv[n], true);
+          }
+          if (j < V) {
+#pragma unroll
+            for (int k = 0; k < kW; ++k)
+              if (!kBucket || k >= pad) part[k] += g[n] * win[n + k];
+            part[kW] += g[n];
+          }
+        }
+      } else if constexpr (kMasked) {  // masked taps, from scratch: window, dy, then g
+        float* sw = scr.Mine();
+        const float* tw = scr.taps[threadIdx.x >> 5];
+        constexpr int kWin = kH + N;
+#pragma unroll
+        for (int i = 0; i < kWin; ++i) sw[i] = win[i];
+#pragma unroll
+        for (int n = 0; n < N; ++n) sw[kWin + n] = dyv[n];
+#pragma unroll 1
+        for (int n = 0; n < N; ++n) {
+          const int32_t id = sids.At(c0, p0 + n);
+          float gn = 0.f;
+          if (id >= 0) {
+            gn = sw[kWin + n];
+            if (silu) {
+              float pre = bias;
+              for (int k = pad; k < kW; ++k)
+                if (sids.At(c0, p0 + n - kH + k) == id) pre += tw[k] * sw[n + k];
+              gn = ActGrad(pre, gn, true);
+            }
+            if (j < V) {
+              float* pm = part_masked[threadIdx.x];
+              for (int k = pad; k < kW; ++k)
+                if (sids.At(c0, p0 + n - kH + k) == id) pm[k] += gn * sw[n + k];
+              pm[kW] += gn;
+            }
+          }
+          sw[kWin + N + n] = gn;
+        }
+#pragma unroll
+        for (int n = 0; n < N; ++n) g[n] = sw[kWin + N + n];
+      }
+    };
+
+    float gcur[N], gnext[N];
+    g_of(0, gcur);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const bool ok = j * kVecStride < left;
-      xr[j] = ok ? LoadRaw16(xp + j * kVecStride) : zero;
-      dyr[j] = ok ? LoadRaw16(dyp + j * kVecStride) : zero;
-    }
-    if (H > 0 && lane == 0 && c0 > 0) prev = LoadRaw16(xp - N);
-    // The H inputs before the chunk (lane 0; initial states or zeros at step 0).
-    float hist[kHist] = {};
-    if (H > 0 && lane == 0) ChunkHistory<T, N, H, kHist>(a, wc.row, c0, prev, hist);
-
-    float ghead[kHist] = {};  // g at the first H steps of vector j + 1 (lane 0 hands it to lane 31)
+      g_of(j + 1, gnext);
+      float r[kHs];
+      RightHalo<N, kH>(gcur, gnext, lane, r);
+      const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+      if (p0 < L) {
+        float gw[N + kH];  // gw[i] is g at step p0 + i
 #pragma unroll
-    for (int j = V - 1; j >= 0; --j) {
-      // win = x[t - H .. t + N) for this vector's first step t. One shuffle
-      // per halo value: lanes 1..31 take lane - 1's tail of vector j; lane 0
-      // takes lane 31's tail of vector j - 1, which lane 31 offers instead.
-      float win[H + N];
-      Unpack<T, N>(xr[j], *reinterpret_cast<float(*)[N]>(win + H));
-      if (H > 0) {
-        float before[N];
-        Unpack<T, N>(xr[j > 0 ? j - 1 : 0], before);
+        for (int n = 0; n < N; ++n) gw[n] = gcur[n];
 #pragma unroll
-        for (int i = 0; i < H; ++i) {
-          const float offer = lane == 31 ? before[N - H + i] : win[N + i];
-          const float s = __shfl_sync(kFullMask, offer, (lane + 31) & 31);
-          win[i] = lane == 0 && j == 0 ? hist[i] : s;
+        for (int m = 0; m < kH; ++m) gw[N + m] = r[m];
+        float dx[N];
+        if (sids.Clean(j * 32 + lane, q_real, true)) {
+#pragma unroll
+          for (int n = 0; n < N; ++n) {
+            float acc = 0.f;
+#pragma unroll
+            for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
+              if (!kBucket || k >= pad) acc += w[k] * gw[n + kH - k];
+            dx[n] = acc;
+          }
+        } else if constexpr (kMasked) {  // only outputs of this input's id take it
+          float* sg = scr.Mine();
+          const float* tw = scr.taps[threadIdx.x >> 5];
+#pragma unroll
+          for (int i = 0; i < N + kH; ++i) sg[i] = gw[i];
+#pragma unroll 1
+          for (int n = 0; n < N; ++n) {
+            const int32_t id = sids.At(c0, p0 + n);
+            float acc = 0.f;
+            for (int k = pad; k < kW; ++k)
+              if (sids.At(c0, p0 + n + kH - k) == id) acc += tw[k] * sg[n + kH - k];
+            sg[n] = acc;  // (entries below n + kH - (kW - 1) = n are no longer read)
+          }
+#pragma unroll
+          for (int n = 0; n < N; ++n) dx[n] = sg[n];
         }
-      }
-      const bool live = j * kVecStride < left;
-      // ge = g[t .. t + N + H): this vector's g, then the H after it (lanes
-      // 0..30 from lane + 1's vector j, lane 31 from lane 0's vector j + 1).
-      float dyv[N], ge[N + kHist];
-      Unpack<T, N>(dyr[j], dyv);
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        float g = dyv[i];
-        if (silu) {
-          float pre = bias;
-#pragma unroll
-          for (int k = 0; k < kW; ++k) pre += w[k] * win[i + k];
-          g = ActGrad(pre, dyv[i], true);
-        }
-        ge[i] = live ? g : 0.f;
+        StoreVec<T, N>(dxrow + p0, dx);
       }
 #pragma unroll
-      for (int i = 0; i < H; ++i) {
-        const float offer = lane == 0 ? ghead[i] : ge[i];
-        const float s = __shfl_sync(kFullMask, offer, (lane + 1) & 31);
-        ge[N + i] = lane == 31 && j == V - 1 ? gafter[i] : s;
-        ghead[i] = ge[i];
-      }
-      if (!live) continue;
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-#pragma unroll
-        for (int k = 0; k < kW; ++k) part[k] += ge[i] * win[i + k];
-        part[kW] += ge[i];
-      }
-      float dx[N];
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        float acc = 0.f;
-#pragma unroll
-        for (int k = 0; k < kW; ++k) acc += w[k] * ge[i + H - k];
-        dx[i] = acc;
-      }
-      StoreVec<T, N>(dxrow + t0 + j * kVecStride, dx);
+      for (int n = 0; n < N; ++n) gcur[n] = gnext[n];
     }
-    // Lane 0's head of this chunk is what follows the chunk before it.
+  }
+  if (!pl.live) return;
+  if constexpr (kMasked) {
 #pragma unroll
-    for (int i = 0; i < H; ++i) gafter[i] = __shfl_sync(kFullMask, ghead[i], 0);
+    for (int k = 0; k <= kW; ++k) part[k] += part_masked[threadIdx.x][k];
   }
 
-  // Warp reduction (a fixed butterfly), then lane k writes part k.
+  // Warp reduction (a fixed butterfly), then lane k writes tap k's partial.
   float mine = 0.f;
 #pragma unroll
   for (int k = 0; k <= kW; ++k) {
@@ -155,27 +209,39 @@ __global__ void __launch_bounds__(kStreamThreads)
     for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
     if (lane == k) mine = s;
   }
-  if (lane <= kW) {
+  // slot k < kW is tap k - pad (k >= pad); slot kW the bias, index W
+  const int idx = lane == kW ? W : lane - pad;
+  if (lane <= kW && (lane == kW || lane >= pad)) {
     const int64_t bpg = BatchPerGroupFast(a), grp = DivFast(b, bpg);
-    const int64_t nparts = bpg * warps_per_row, partidx = (b - grp * bpg) * warps_per_row + wc.index;
-    ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + lane] = mine;
+    const int64_t nparts = bpg * spans_per_row;
+    const int64_t partidx = (b - grp * bpg) * spans_per_row + pl.first_chunk / chunks_per_span;
+    ws[((grp * nparts + partidx) * a.dim + d) * (W + 1) + idx] = mine;
   }
 }
 
 template <typename T, int kW>
 cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  BwdStreamKernel<T, kW><<<unsigned(StreamBlocks(a, p.warps_per_row)), kStreamThreads, 0, stream>>>(
-      a, p.warps_per_row, int(p.chunks_per_warp), ws);
+  const unsigned blocks = unsigned(StreamBlocks(a, p.nchunk));
+  if (a.mode == SegmentMode::kSeqIdx)
+    BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
+  else
+    BwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  switch (a.width) {
+  switch (StreamBucket(int(a.width))) {
     case 1: return LaunchBwdStream<T, 1>(a, p, ws, stream);
     case 2: return LaunchBwdStream<T, 2>(a, p, ws, stream);
     case 3: return LaunchBwdStream<T, 3>(a, p, ws, stream);
-    default: return LaunchBwdStream<T, 4>(a, p, ws, stream);
+    case 4: return LaunchBwdStream<T, 4>(a, p, ws, stream);
+    case 5: return LaunchBwdStream<T, 5>(a, p, ws, stream);
+    case 6: return LaunchBwdStream<T, 6>(a, p, ws, stream);
+    case 7: return LaunchBwdStream<T, 7>(a, p, ws, stream);
+    case 8: return LaunchBwdStream<T, 8>(a, p, ws, stream);
+    case 12: return LaunchBwdStream<T, 12>(a, p, ws, stream);
+    default: return LaunchBwdStream<T, 16>(a, p, ws, stream);
   }
 }
 

@@ -37,7 +37,7 @@ struct BwdTileSmem {
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kTileThreads)
+__global__ void __launch_bounds__(kTileThreads, 2)
     BwdTileKernel(const ConvArgs a, int64_t ntiles, int64_t tiles_per_chunk, int64_t nblocks,
                   float* ws) {
   extern __shared__ float4 smem_raw[];

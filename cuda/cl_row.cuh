@@ -1,21 +1,40 @@
-// Pieces shared by the channels-last hot kernels (forward_cl_row.cu,
-// backward_cl_row.cu): whole aligned vectors of kV channels per thread, a
-// block of kClX x kClY threads (kClX channel vectors by kClY time slices).
+// Pieces shared by the channels-last row kernels (forward_cl_row.cu,
+// backward_cl_row.cu): a block of kClX x kClY threads, kClX channel vectors
+// by kClY time slices; each thread owns kV channels (an aligned word of
+// kV * sizeof(T) bytes: narrower as the width grows, so that the taps and
+// the window of the last W - 1 inputs stay in registers) and walks its
+// slice of time forwards. Widths up to 16, bucketed like the streaming
+// kernels (1..8 exactly, then 12 and 16 with absent leading taps).
+//
+// seq_idx and varlen (kMasked): the block stages the ids of its steps once
+// (varlen: each step's sequence index, and the sequence's first step); a
+// step whose last W - 1 ids equal its own (a running count) takes the plain
+// taps, the others the masked ones (MaskedClTap).
 #pragma once
 
 #include "common.cuh"
+#include "sequences.cuh"
 
 namespace jcc::cuda {
 
-// Channels-last kernels (width <= 4): a block of kClX x kClY threads, kClX
-// vectors of channels by kClY time slices.
 constexpr int kClX = 32;
 constexpr int kClY = 4;
-constexpr int kClBwdSteps = 128;  // time steps per thread in the channels-last backward
-constexpr int kClV = 4;           // channels per thread in the channels-last backward
+constexpr int kClFwdSteps = 32;   // time steps per thread, forward
+constexpr int kClBwdSteps = 128;  // time steps per thread, backward
 
-// kV channels of one time step kept as loaded (raw T, one 8- or 16-byte word):
-// half the registers of floats, so more steps' loads can be in flight.
+// Channels per thread: the forward's word is 16, 8 or 4 bytes as the width
+// bucket grows; the backward keeps 4 channels (W <= 4), then 2, then 1, in
+// words of at least 4 bytes (cp.async's smallest).
+__host__ __device__ constexpr int ClFwdVec(int bytes_of_t, int kW) {
+  return (kW <= 4 ? 16 : kW <= 8 ? 8 : 4) / bytes_of_t;
+}
+__host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
+  const int v = kW <= 4 ? 4 : kW <= 8 ? 2 : 1;
+  return v * bytes_of_t >= 4 ? v : 4 / bytes_of_t;
+}
+
+// kV channels of one time step kept as loaded (raw T, one 4-, 8- or 16-byte
+// word): half the registers of floats for 16-bit types.
 template <typename T, int kV>
 struct alignas(kV * sizeof(T)) ChRaw {
   T e[kV];
@@ -23,90 +42,108 @@ struct alignas(kV * sizeof(T)) ChRaw {
 };
 
 template <typename T, int kV>
-__device__ __forceinline__ ChRaw<T, kV> LoadChRaw(const T* row, int64_t dim, int64_t c0, int64_t t,
-                                                  bool vec) {
+__device__ __forceinline__ ChRaw<T, kV> LoadChRaw(const T* p) {
+  constexpr int kBytes = kV * int(sizeof(T));
+  using V = std::conditional_t<kBytes == 16, uint4, std::conditional_t<kBytes == 8, uint2,
+            std::conditional_t<kBytes == 4, unsigned, unsigned short>>>;
+  static_assert(sizeof(V) == kBytes, "one 2-, 4-, 8- or 16-byte word");
   ChRaw<T, kV> r;
-  const T* p = row + t * dim + c0;
-  if (vec) {
-    constexpr int kBytes = kV * int(sizeof(T));
-    using V = typename std::conditional<kBytes == 16, uint4,
-              typename std::conditional<kBytes == 8, uint2, unsigned>::type>::type;
-    static_assert(sizeof(V) == kBytes, "one 4-, 8- or 16-byte word");
-    *reinterpret_cast<V*>(r.e) = __ldg(reinterpret_cast<const V*>(p));
-  } else {
-#pragma unroll
-    for (int c = 0; c < kV; ++c) r.e[c] = c0 + c < dim ? p[c] : FromF<T>(0.f);
-  }
+  *reinterpret_cast<V*>(r.e) = __ldg(reinterpret_cast<const V*>(p));
   return r;
 }
 
-// Taps and biases of kV consecutive channels-last channels, weight row
-// `first` onwards ((groups * dim, W) weights, run-time dtype); channels from
-// `count` on read as zero (past the end of dim).
+// Taps and biases of kV consecutive channels, weight row `first` onwards,
+// right-aligned in a bucket of kW (w[k] for k < pad absent, zero).
 template <int kW, int kV>
-__device__ __forceinline__ void LoadClTaps(const ConvArgs& a, int64_t first, int64_t count,
+__device__ __forceinline__ void LoadClTaps(const ConvArgs& a, int64_t first, int pad,
                                            float (&w)[kW][kV], float (&bias)[kV]) {
+  const int W = int(a.width);
 #pragma unroll
   for (int c = 0; c < kV; ++c) {
-    const bool ok = c < count;
 #pragma unroll
     for (int k = 0; k < kW; ++k)
-      w[k][c] = ok ? LoadAnyF(a.weight, a.w_dtype, (first + c) * kW + k) : 0.f;
-    bias[c] = ok && a.bias ? LoadAnyF(a.bias, a.b_dtype, first + c) : 0.f;
+      w[k][c] = k >= pad ? LoadAnyF(a.weight, a.w_dtype, (first + c) * W + k - pad) : 0.f;
+    bias[c] = a.bias ? LoadAnyF(a.bias, a.b_dtype, first + c) : 0.f;
   }
 }
 
-// History of a channels-last thread at the start of its slice: win[i] = the
-// input at step ts - H + i for kV channels from c0 (the initial states, or
-// zeros, before step 0). xb points at channel c0 of batch row b; whole vectors.
+// win[i] = the input at step ts - H + i for kV channels from c0 (before
+// step 0: the initial states (rows mode, seq_idx mode), or zeros).
 template <typename T, int kV, int H>
 __device__ __forceinline__ void LoadClHistory(const ConvArgs& a, const T* xb, int64_t b, int64_t c0,
                                               int64_t ts, float (*win)[kV]) {
+  const int Hreal = int(a.width) - 1;
 #pragma unroll
   for (int i = 0; i < H; ++i) {
     const int64_t t = ts - H + i;
     if (t >= 0) {
-      const ChRaw<T, kV> r = LoadChRaw<T, kV>(xb, a.dim, 0, t, true);
+      const ChRaw<T, kV> r = LoadChRaw<T, kV>(xb + t * a.dim);
 #pragma unroll
       for (int c = 0; c < kV; ++c) win[i][c] = r[c];
     } else {
+      const bool init = a.initial_states && a.mode != SegmentMode::kVarlen && Hreal + t >= 0;
 #pragma unroll
       for (int c = 0; c < kV; ++c)
-        win[i][c] = a.initial_states ? LoadState<T>(a, a.initial_states, b, c0 + c, H + t) : 0.f;
+        win[i][c] = init ? LoadState<T>(a, a.initial_states, b, c0 + c, Hreal + t) : 0.f;
     }
   }
 }
 
-// Channels-last backward blocks: adds each thread's partial dweight/dbias
-// (dw[k][c], k == W for the bias) over the block's kClY time slices, in slice
-// order, and writes them to ws[grp][part][d][W + 1] for ReduceKernel.
-template <int kW, int kV>
-__device__ __forceinline__ void WriteClPartials(const ConvArgs& a, float (*red)[kClX][kV * (kW + 1)],
-                                                const float (&dw)[kW + 1][kV], int64_t b, int64_t c0,
-                                                int64_t nchunk, int64_t chunk, float* ws) {
-#pragma unroll
-  for (int k = 0; k <= kW; ++k)
-#pragma unroll
-    for (int c = 0; c < kV; ++c) red[threadIdx.y][threadIdx.x][k * kV + c] = dw[k][c];
-  __syncthreads();
-  if (threadIdx.y == 0 && c0 < a.dim) {
-    const int64_t bpg = a.batch_per_group(), grp = b / bpg;
-    const int64_t nparts = bpg * nchunk, part = (b % bpg) * nchunk + chunk;
-    for (int c = 0; c < kV && c0 + c < a.dim; ++c) {
-      float* wsrow = ws + ((grp * nparts + part) * a.dim + c0 + c) * (kW + 1);
-      for (int k = 0; k <= kW; ++k) {
-        float s = 0.f;
-        for (int y = 0; y < kClY; ++y) s += red[y][threadIdx.x][k * kV + c];
-        wsrow[k] = s;
+// The block's per-step sequence data: ids of steps [t_lo - kPad, t_lo + kSteps
+// + kPad) (kSeqIdx: seq_idx, kHistory before 0; kVarlen: the sequence index,
+// kNoId outside [0, len)), and (kVarlen) each step's sequence start.
+template <int kSteps>
+struct ClIds {
+  static constexpr int kPad = 16;
+  static constexpr int kN = kSteps + 2 * kPad;
+  int32_t id[kN];
+  int32_t start[kN];  // relative to t_lo, floored at -2 kPad (only p >= start tests are made)
+  int64_t t_lo;
+  __device__ __forceinline__ int32_t Id(int64_t t) const { return id[t - t_lo + kPad]; }
+  __device__ __forceinline__ int64_t Start(int64_t t) const { return t_lo + start[t - t_lo + kPad]; }
+
+  // Block-wide; then __syncthreads().
+  __device__ void Stage(const ConvArgs& a, int64_t b, int64_t lo) {
+    const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+    if (tid == 0) t_lo = lo;
+    const int32_t hist = a.mode == SegmentMode::kSeqIdx ? HistoryId(a, b) : kNoId;
+    for (int i = tid; i < kN; i += nthreads) {
+      const int64_t t = lo - kPad + i;
+      if (a.mode == SegmentMode::kSeqIdx) {
+        id[i] = IdAt(a, b, t, hist);
+      } else if (t < 0 || t >= a.len) {
+        id[i] = kNoId, start[i] = int32_t(t - lo);
+      } else {
+        const VarlenSeq q = VarlenSeqOf(a, b, t);
+        id[i] = int32_t(q.n), start[i] = int32_t(Max64(q.start - lo, -2 * kPad));
       }
     }
   }
+};
+
+// The same interface without sequence data (one sequence per row).
+struct NoClIds {
+  __device__ __forceinline__ int32_t Id(int64_t) const { return 0; }
+  __device__ __forceinline__ int64_t Start(int64_t) const { return 0; }
+};
+
+template <int kSteps, bool kMasked>
+using ClIdsOf = std::conditional_t<kMasked, ClIds<kSteps>, NoClIds>;
+
+// The value tap k (< H) of output t reads when its input's id differs
+// from the output's id `id`: zero, or (kVarlen with initial states) the
+// history slot of t's sequence. c: channel.
+template <typename T, typename Ids>
+__device__ __forceinline__ float MaskedClHistory(const ConvArgs& a, const Ids& ids, int64_t b,
+                                                 int64_t t, int k, int H, int32_t id, int64_t c) {
+  if (a.mode != SegmentMode::kVarlen || !a.initial_states) return 0.f;
+  const int64_t p = t - H + k, start = ids.Start(t);
+  return LoadState<T>(a, a.initial_states, b * a.num_seqs + id, c, p - start + H);
 }
 
 // Channels-last grids are 1-D, the channel groups (kClX x kV channels) of one
 // (batch row, time chunk) consecutive: the blocks in flight then read and
-// write whole time steps. With the time chunks consecutive instead, the
-// row-kernel forward took 207.8 us against 203.5 us (H100, (8,4096,4096) bf16).
+// write whole time steps.
 __host__ __device__ __forceinline__ int64_t ClGroups(int64_t dim, int kV) {
   return CeilDiv(dim, int64_t(kClX) * kV);
 }
@@ -122,5 +159,8 @@ __device__ __forceinline__ ClBlock LocateClBlock(int64_t dim, int64_t nchunk) {
   const int64_t b = DivFast(rest, nchunk);
   return {b, rest - b * nchunk, ((blockIdx.x - rest * groups) * kClX + threadIdx.x) * kV};
 }
+
+// The width bucket of a width (as the streaming kernels').
+__host__ __device__ constexpr int ClBucket(int W) { return W <= 8 ? W : (W <= 12 ? 12 : 16); }
 
 }  // namespace jcc::cuda

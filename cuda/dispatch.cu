@@ -9,29 +9,26 @@
 namespace jcc::cuda {
 namespace {
 
-bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// What the two hot families share: one sequence per row (initial states
-// allowed), dense x, a width they are compiled for.
-bool HotShape(const ConvArgs& a, int min_w) {
-  return a.mode == SegmentMode::kRow && a.x_batch_stride == 0 && a.x_row_stride == 0 &&
-         a.width >= min_w && a.width <= 4 && a.x_dtype != DType::kF64;
+bool Aligned(const void* p, size_t bytes) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
-// Channels-first rows of whole aligned 16-byte vectors.
+// Channels-first rows of whole aligned 16-byte vectors, x strided by whole
+// vectors; one sequence per row or seq_idx; W <= 16.
 bool StreamFits(const ConvArgs& a, const void* in2, const void* out) {
   const int64_t n = 16 / DTypeBytes(a.x_dtype);
-  return !a.channels_last && HotShape(a, 1) && a.len % n == 0 && Aligned16(a.x) &&
-         Aligned16(in2) && Aligned16(out);
+  return !a.channels_last && (a.mode == SegmentMode::kRow || a.mode == SegmentMode::kSeqIdx) &&
+         a.width <= 16 && a.len % n == 0 && a.x_batch_stride % n == 0 && a.x_row_stride % n == 0 &&
+         Aligned(a.x, 16) && Aligned(in2, 16) && Aligned(out, 16);
 }
 
-// Channels-last rows of whole aligned channel vectors (the backward's are
-// narrower: kClV channels).
-bool ClRowFits(const ConvArgs& a, int64_t vec, const void* in2, const void* out) {
+// Channels-last rows of whole aligned channel vectors (ClRowVec channels a
+// thread), dense x; every sequence mode; W <= 16.
+bool ClRowFits(const ConvArgs& a, bool backward, const void* in2, const void* out) {
+  if (!a.channels_last || a.width > 16 || a.x_batch_stride != 0 || a.x_row_stride != 0) return false;
+  const int64_t vec = ClRowVec(a, backward);
   const size_t bytes = size_t(vec) * DTypeBytes(a.x_dtype);
-  auto aligned = [&](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  return a.channels_last && HotShape(a, 2) && a.dim % vec == 0 && aligned(a.x) && aligned(in2) &&
-         aligned(out);
+  return a.dim % vec == 0 && Aligned(a.x, bytes) && Aligned(in2, bytes) && Aligned(out, bytes);
 }
 
 }  // namespace
@@ -40,9 +37,9 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   ForwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
   int64_t unused;
-  if (StreamFits(a, a.residual, a.y) && (p.warps_per_row = StreamWarpsPerRow(a, false, &unused)) > 0) {
+  if (StreamFits(a, a.residual, a.y) && (p.spans_per_row = StreamSpans(a, false, &unused)) > 0) {
     p.family = ForwardPlan::kStream;
-  } else if (ClRowFits(a, 16 / DTypeBytes(a.x_dtype), a.residual, a.y) &&
+  } else if (ClRowFits(a, false, a.residual, a.y) &&
              (p.nchunk = ClRowChunks(a, false)) > 0) {
     p.family = ForwardPlan::kClRow;
   } else {
@@ -54,11 +51,9 @@ ForwardPlan PlanForward(const ConvArgs& a) {
 BackwardPlan PlanBackward(const ConvArgs& a) {
   BackwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
-  if (StreamFits(a, a.dy, a.dx) &&
-      (p.warps_per_row = StreamWarpsPerRow(a, true, &p.chunks_per_warp)) > 0) {
+  if (StreamFits(a, a.dy, a.dx) && (p.nchunk = StreamSpans(a, true, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
-    p.nchunk = p.warps_per_row;
-  } else if (ClRowFits(a, 4, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true)) > 0) {
+  } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true)) > 0) {
     p.family = BackwardPlan::kClRow;
   } else {
     p = TileBackwardPlan(a);
@@ -68,7 +63,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
 }
 
 cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
-  if (a.x_dtype == DType::kF64) return cudaErrorNotSupported;
+  if (a.x_dtype == DType::kF64) return cudaErrorNotSupported;  // (float64 is CPU-only)
   const ForwardPlan p = PlanForward(a);
   cudaError_t err = cudaSuccess;
   switch (p.family) {

@@ -1,113 +1,168 @@
-// Streaming forward for the hot case (see stream.cuh): each thread loads its
-// kVecs 16-byte vectors of x (and of the residual) at once, gets the H = W-1
-// inputs before each vector from the neighbouring lane by a warp shuffle
-// (lane 0 from lane 31's previous vector, or, for the chunk's first vector,
-// from one extra load issued with the others), and writes kVecs vectors of y.
-// Every byte of x and y moves once, fully coalesced.
+// Streaming forward for channels-first rows of whole aligned 16-byte
+// vectors (see stream.cuh): each thread loads its kVecs vectors of x (and of
+// the residual) at once, plus the vector before the chunk when its halo
+// reaches there, gets the kW - 1 inputs before each vector from the lanes
+// behind by shuffles, and writes kVecs vectors of y. Every byte of x and y
+// moves once, fully coalesced. With seq_idx (kMasked) the block stages the
+// chunk's ids once; a vector whose windows stay inside one sequence takes the
+// plain taps, the others the masked ones (padding outputs are 0 before the
+// residual).
 #include "launchers.h"
 #include "stream.cuh"
 
 namespace jcc::cuda {
 namespace {
 
-template <typename T, int kW>
+template <typename T, int kW, bool kMasked>
 __global__ void __launch_bounds__(kStreamThreads)
-    FwdStreamKernel(const ConvArgs a, int64_t warps_per_row) {
+    FwdStreamKernel(const ConvArgs a, int64_t spans_per_row) {
   using S = Stream<T>;
-  constexpr int N = S::kN, V = S::kVecs, H = kW - 1, kHist = H > 0 ? H : 1;
-  static_assert(H < N, "halo must come from one neighbour");
-  const WarpChunk wc = LocateWarp(a, warps_per_row, S::kWarpSteps);
-  if (!wc.valid) return;
+  constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
+  constexpr bool kBucket = kW > 8;
+  __shared__ StreamIdsOf<T, kMasked> sids;
+  __shared__ std::conditional_t<kMasked, StreamScratch<kW, N>, char> scr;
+  const StreamPlace pl = LocateStream(a, spans_per_row, 1);
   const int lane = threadIdx.x & 31;
-  const int64_t L = a.len;
-  const T* xrow = static_cast<const T*>(a.x) + wc.row * L;
+  const int64_t L = a.len, c0 = pl.first_chunk * S::kChunk, b = pl.b, d = pl.live ? pl.d : 0;
+  const int W = int(a.width), pad = kW - W, q_real = (W - 1 + N - 1) / N;
+  if constexpr (kMasked) {
+    sids.Stage(a, b, c0, HistoryId(a, b));
+    __syncthreads();
+    sids.Summarise();
+    __syncthreads();
+  }
+  if (!pl.live) return;  // (after the block's barriers; whole warps)
+  const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
+  const int64_t row = a.io_layout().At(b, d, 0);
 
-  // All loads first: x vectors, the vector before the chunk, the residual.
-  uint4 xr[V], rr[V], prev = make_uint4(0, 0, 0, 0);
+  // All loads first: xr[j + 1] = vector j, xr[0] = the vector before the chunk.
+  uint4 xr[V + 1], rr[V];
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  xr[0] = kQ > 0 && lane >= 32 - kQ ? LoadVectorBefore<T>(a, xrow, b, d, c0 - (32 - lane) * N) : zero;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    const int64_t t = wc.c0 + int64_t(j * 32 + lane) * N;
-    xr[j] = t < L ? LoadRaw16(xrow + t) : make_uint4(0, 0, 0, 0);
+    const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+    xr[j + 1] = t < L ? LoadRaw16(xrow + t) : zero;
   }
-  if (H > 0 && lane == 0 && wc.c0 > 0) prev = LoadRaw16(xrow + wc.c0 - N);
-  if (a.residual) {
-    const T* rrow = static_cast<const T*>(a.residual) + wc.row * L;
+  const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
+  if (res) {
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      const int64_t t = wc.c0 + int64_t(j * 32 + lane) * N;
-      rr[j] = t < L ? LoadRaw16(rrow + t) : make_uint4(0, 0, 0, 0);
+      const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+      rr[j] = t < L ? LoadRaw16(res + t) : zero;
     }
   }
   float w[kW];
-  const float bias = LoadTaps<kW>(a, wc.row, w);
+  const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
+  if constexpr (kMasked) {
+    if (lane == 0)
+#pragma unroll
+      for (int k = 0; k < kW; ++k) scr.taps[threadIdx.x >> 5][k] = w[k];
+    __syncwarp();
+  }
   const bool silu = a.act == Activation::kSilu;
+  T* yrow = static_cast<T*>(a.y) + row;
 
-  float carry[kHist] = {};
-  if (H > 0 && lane == 0) ChunkHistory<T, N, H, kHist>(a, wc.row, wc.c0, prev, carry);
-  T* yrow = static_cast<T*>(a.y) + wc.row * L;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    float v[N], h[kHist];
-    Unpack<T, N>(xr[j], v);
-    HaloFromLeft<N, H, kHist>(v, lane, carry, h);
-    float out[N];
+    float cur[N], prev[N], h[kHs];
+    Unpack<T, N>(xr[j + 1], cur);
+    Unpack<T, N>(xr[j], prev);
+    LeftHalo<N, kH>(cur, prev, lane, h);  // (every lane: shuffles)
+    const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+    if (p0 >= L) continue;
+    float win[kH + N];  // win[i] is the input at step p0 - kH + i
 #pragma unroll
-    for (int i = 0; i < N; ++i) {
+    for (int i = 0; i < kH; ++i) win[i] = h[i];
+#pragma unroll
+    for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+    float out[N];
+    unsigned live = ~0u;  // bit n: output n is not padding
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
       float acc = bias;
 #pragma unroll
-      for (int k = 0; k < kW; ++k) {
-        const int idx = i - H + k;  // compile-time after unrolling
-        acc += w[k] * (idx < 0 ? h[H + idx] : v[idx]);
-      }
-      out[i] = Activate(acc, silu);
+      for (int k = 0; k < kW; ++k)
+        if (!kBucket || k >= pad) acc += w[k] * win[n + k];
+      out[n] = acc;
     }
-    if (a.residual) {
+    if constexpr (kMasked) {
+      if (!sids.Clean(j * 32 + lane, q_real, false)) {  // masked taps, from scratch
+        float* sw = scr.Mine();
+        const float* tw = scr.taps[threadIdx.x >> 5];
+#pragma unroll
+        for (int i = 0; i < kH + N; ++i) sw[i] = win[i];
+#pragma unroll 1
+        for (int n = 0; n < N; ++n) {
+          const int32_t id = sids.At(c0, p0 + n);
+          float acc = bias;
+          if (id < 0) live &= ~(1u << n);
+          else
+            for (int k = pad; k < kW; ++k)
+              if (sids.At(c0, p0 + n - kH + k) == id) acc += tw[k] * sw[n + k];
+          sw[n] = acc;  // (entries below n are no longer read)
+        }
+#pragma unroll
+        for (int n = 0; n < N; ++n) out[n] = sw[n];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < N; ++n) out[n] = (live >> n) & 1 ? Activate(out[n], silu) : 0.f;
+    if (res) {
       float r[N];
       Unpack<T, N>(rr[j], r);
 #pragma unroll
-      for (int i = 0; i < N; ++i) out[i] += r[i];
+      for (int n = 0; n < N; ++n) out[n] += r[n];
     }
-    const int64_t t = wc.c0 + int64_t(j * 32 + lane) * N;
-    if (t < L) StoreVec<T, N>(yrow + t, out);
+    StoreVec<T, N>(yrow + p0, out);
   }
 }
 
 template <typename T, int kW>
-cudaError_t LaunchStream(const ConvArgs& a, int64_t warps_per_row, cudaStream_t stream) {
-  FwdStreamKernel<T, kW><<<unsigned(StreamBlocks(a, warps_per_row)), kStreamThreads, 0, stream>>>(
-      a, warps_per_row);
+cudaError_t LaunchStream(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
+  const unsigned blocks = unsigned(StreamBlocks(a, spans_per_row));
+  if (a.mode == SegmentMode::kSeqIdx)
+    FwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, spans_per_row);
+  else
+    FwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, spans_per_row);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t LaunchT(const ConvArgs& a, int64_t warps_per_row, cudaStream_t stream) {
-  switch (a.width) {
-    case 1: return LaunchStream<T, 1>(a, warps_per_row, stream);
-    case 2: return LaunchStream<T, 2>(a, warps_per_row, stream);
-    case 3: return LaunchStream<T, 3>(a, warps_per_row, stream);
-    default: return LaunchStream<T, 4>(a, warps_per_row, stream);
+cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
+  switch (StreamBucket(int(a.width))) {
+    case 1: return LaunchStream<T, 1>(a, spans_per_row, stream);
+    case 2: return LaunchStream<T, 2>(a, spans_per_row, stream);
+    case 3: return LaunchStream<T, 3>(a, spans_per_row, stream);
+    case 4: return LaunchStream<T, 4>(a, spans_per_row, stream);
+    case 5: return LaunchStream<T, 5>(a, spans_per_row, stream);
+    case 6: return LaunchStream<T, 6>(a, spans_per_row, stream);
+    case 7: return LaunchStream<T, 7>(a, spans_per_row, stream);
+    case 8: return LaunchStream<T, 8>(a, spans_per_row, stream);
+    case 12: return LaunchStream<T, 12>(a, spans_per_row, stream);
+    default: return LaunchStream<T, 16>(a, spans_per_row, stream);
   }
 }
 
 }  // namespace
 
-int64_t StreamWarpsPerRow(const ConvArgs& a, bool backward, int64_t* chunks_per_warp) {
-  const int64_t steps = a.x_dtype == DType::kF32 ? Stream<float>::kWarpSteps : Stream<__half>::kWarpSteps;
+int64_t StreamSpans(const ConvArgs& a, bool backward, int64_t* chunks_per_span) {
+  const int64_t steps = a.x_dtype == DType::kF32 ? Stream<float>::kChunk : Stream<__half>::kChunk;
   const int64_t per_row = CeilDiv(a.len, steps), rows = a.batch * a.dim;
   int64_t k = 1;
-  if (backward)
-    while (2 * k <= kMaxChunksPerWarp && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768)
-      k *= 2;
-  *chunks_per_warp = k;
-  const int64_t warps_per_row = CeilDiv(per_row, k);
-  return StreamBlocks(a, warps_per_row) <= INT32_MAX ? warps_per_row : 0;
+  if (backward)  // spans of chunks, as long as >= 32768 warps remain
+    while (2 * k <= 4 && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768) k *= 2;
+  *chunks_per_span = k;
+  const int64_t spans = CeilDiv(per_row, k);
+  return StreamBlocks(a, spans) <= INT32_MAX ? spans : 0;
 }
 
 cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, p.warps_per_row, stream);
-    case DType::kF16: return LaunchT<__half>(a, p.warps_per_row, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.warps_per_row, stream);
+    case DType::kF32: return LaunchT<float>(a, p.spans_per_row, stream);
+    case DType::kF16: return LaunchT<__half>(a, p.spans_per_row, stream);
+    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.spans_per_row, stream);
     default: return cudaErrorNotSupported;
   }
 }

@@ -10,7 +10,7 @@ namespace jcc::cuda {
 namespace {
 
 template <typename T>
-__global__ void __launch_bounds__(kTileThreads)
+__global__ void __launch_bounds__(kTileThreads, kTileBlocksPerSm)
     FwdTileKernel(const ConvArgs a, int64_t ntiles, int64_t nblocks) {
   extern __shared__ float4 smem_raw[];
   const int W = int(a.width), H = W - 1;

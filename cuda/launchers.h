@@ -7,10 +7,11 @@
 // A call's kernel family is chosen once, by PlanForward / PlanBackward
 // (dispatch.cu); each family's file then runs the typed kernel for the
 // dtype and width:
-//   kStream (forward_stream.cu, backward_stream.cu): channels-first rows,
-//     whole aligned 16-byte vectors, dense x, one sequence per row, W <= 4;
+//   kStream (forward_stream.cu, backward_stream.cu): channels-first rows of
+//     whole aligned 16-byte vectors (x may be strided by whole vectors), one
+//     sequence per row or seq_idx, W <= 16;
 //   kClRow (forward_cl_row.cu, backward_cl_row.cu): channels-last, whole
-//     aligned channel vectors, dense x, one sequence per row, 2 <= W <= 4;
+//     aligned channel vectors, dense x, every sequence mode, W <= 16;
 //   kTile (forward_tile.cu, backward_tile.cu, tile.cuh): everything else:
 //     any layout, width, alignment, strides and sequence mode.
 // states.cu holds the per-state-row kernels (final states, the initial-state
@@ -48,14 +49,14 @@ cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream);
 
 struct ForwardPlan {
   enum Family { kNone, kStream, kClRow, kTile } family = kNone;
-  int64_t warps_per_row = 0;  // kStream
+  int64_t spans_per_row = 0;  // kStream: warp chunks per row
   int64_t nchunk = 0;         // kClRow: time chunks per row
 };
 
 struct BackwardPlan {
   enum Family { kNone, kStream, kClRow, kTile } family = kNone;
-  int64_t warps_per_row = 0, chunks_per_warp = 1;  // kStream
-  int64_t nchunk = 0;   // partial sums per (batch row, channel): kClRow and kTile time chunks
+  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks
+  int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
   int64_t nparts = 0;   // partial sums per (weight group, channel)
 };
@@ -72,8 +73,9 @@ cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, c
 cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 
 // Plan pieces each family computes for itself (0 / kNone: it does not fit).
-int64_t StreamWarpsPerRow(const ConvArgs& a, bool backward, int64_t* chunks_per_warp);
+int64_t StreamSpans(const ConvArgs& a, bool backward, int64_t* chunks_per_span);
 int64_t ClRowChunks(const ConvArgs& a, bool backward);
+int ClRowVec(const ConvArgs& a, bool backward);  // channels per thread
 BackwardPlan TileBackwardPlan(const ConvArgs& a);
 
 // states.cu

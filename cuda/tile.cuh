@@ -22,6 +22,7 @@ constexpr int kTileWarps = 8;   // warps per block
 constexpr int kTileR = 16;      // steps per warp run
 constexpr int kTileT = kTileWarps * kTileR;  // steps per tile
 constexpr int kTileThreads = 32 * kTileWarps;
+constexpr int kTileBlocksPerSm = 3;  // register cap: the masked path may spill, the taps do not
 constexpr int kTileLd = kTileC + 1;  // padded row: a transposed store hits 32 banks
 
 // A staged block of rows (steps) x 32 channels, row r at p + r * kTileLd.
@@ -68,18 +69,41 @@ __device__ __forceinline__ float StageValue(const ConvArgs& a, const T* x, Layou
   return 0.f;
 }
 
-// rows[r][c] = `src` (layout `lay`) at step t_first + r, r < n: a warp per
-// row (channels-last) or per channel (channels-first: steps along the lanes,
-// stored transposed). `value(c, t)` supplies out-of-range steps.
+// rows[r][c] = value(c, t_first + r) for r < n: a warp per row
+// (channels-last) or per channel (channels-first: steps along the lanes,
+// stored transposed). Each thread issues kStageUnroll loads before it
+// stores any, so that many are in flight.
+constexpr int kStageUnroll = 8;
 template <typename T, typename Value>
 __device__ __forceinline__ void StageRows(const ConvArgs& a, TileRows rows, int64_t t_first, int n,
                                           Value value) {
+  constexpr int U = kStageUnroll;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (a.channels_last) {
-    for (int r = warp; r < n; r += kTileWarps) rows(r, lane) = value(lane, t_first + r);
+    for (int r0 = warp; r0 < n; r0 += kTileWarps * U) {
+      float v[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int r = r0 + u * kTileWarps;
+        v[u] = r < n ? value(lane, t_first + r) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (r0 + u * kTileWarps < n) rows(r0 + u * kTileWarps, lane) = v[u];
+    }
   } else {
     for (int c = warp; c < kTileC; c += kTileWarps)
-      for (int r = lane; r < n; r += 32) rows(r, c) = value(c, t_first + r);
+      for (int r0 = lane; r0 < n; r0 += 32 * U) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int r = r0 + u * 32;
+          v[u] = r < n ? value(c, t_first + r) : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (r0 + u * 32 < n) rows(r0 + u * 32, c) = v[u];
+      }
   }
 }
 
