@@ -140,7 +140,14 @@ def check_varlen(x, weight, bias, cu_seqlens, initial_states, activation):
     return activation
 
 
-def check_varlen_states(x, cu_seqlens, state_len):
+def check_channels_last(channels_last):
+    # a static layout switch: a traced or non-bool value is a mistake
+    if not isinstance(channels_last, (bool, np.bool_)):
+        raise TypeError(f"channels_last must be a Python bool, got {channels_last!r}")
+
+
+def check_varlen_states(x, cu_seqlens, state_len, channels_last=False):
+    check_channels_last(channels_last)
     check_float("x", x)
     check_rank("x", x, 2, "(total_tokens, dim)")
     check_cu_seqlens(cu_seqlens, _shape(x)[0])
@@ -148,20 +155,25 @@ def check_varlen_states(x, cu_seqlens, state_len):
         raise ValueError(f"state_len must be a non-negative int, got {state_len!r}")
 
 
-def check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices, activation):
+def check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices, activation,
+                 channels_last=False):
     activation = check_activation(activation)
+    check_channels_last(channels_last)
     check_float("x", x)
+    x_layout = "(batch, seqlen, dim)" if channels_last else "(batch, dim, seqlen)"
     if np.ndim(x) not in (2, 3):
-        raise ValueError("x must have rank 2 (batch, dim) or 3 (batch, dim, seqlen), "
+        raise ValueError(f"x must have rank 2 (batch, dim) or 3 {x_layout}, "
                          f"got shape {_fmt(_shape(x))}")
-    B, D = _shape(x)[:2]
+    B, D = _shape(x)[0], _shape(x)[-1 if channels_last and np.ndim(x) == 3 else 1]
     W = check_weight(weight, bias, D)
     check_float("conv_state", conv_state)
-    check_rank("conv_state", conv_state, 3, "(num_slots, dim, state_len)")
-    N, Ds, SL = _shape(conv_state)
+    s_layout = "(num_slots, state_len, dim)" if channels_last else "(num_slots, dim, state_len)"
+    check_rank("conv_state", conv_state, 3, s_layout)
+    N, a1, a2 = _shape(conv_state)
+    Ds, SL = (a2, a1) if channels_last else (a1, a2)
     if Ds != D:
-        raise ValueError(f"conv_state must have shape (num_slots, {D}, state_len), "
-                         f"got {_fmt(_shape(conv_state))}")
+        want = f"(num_slots, state_len, {D})" if channels_last else f"(num_slots, {D}, state_len)"
+        raise ValueError(f"conv_state must have shape {want}, got {_fmt(_shape(conv_state))}")
     if SL < W - 1:
         raise ValueError(f"conv_state's state_len must be >= width - 1 = {W - 1}, "
                          f"got state_len {SL} (shape {_fmt(_shape(conv_state))})")
