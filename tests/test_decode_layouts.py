@@ -317,3 +317,20 @@ def test_xla_twins_match_the_kernels_in_both_layouts(cl, G):
     cu = jnp.asarray([0, 2, 2, 9], jnp.int32)
     np.testing.assert_array_equal(xla_twins.varlen_states(5, xt, cu, channels_last=cl),
                                   ffi_calls.varlen_states(5, xt, cu, channels_last=cl))
+
+
+@pytest.mark.parametrize("cl", [False, True])
+@pytest.mark.parametrize("circular", [False, True])
+def test_empty_steps_and_batches(cl, circular):
+    """S = 0 tokens or B = 0 rows: empty outputs, the state unchanged."""
+    rng = np.random.default_rng(0)
+    D, W, SL = 4, 3, 4
+    st = rand(rng, (2, SL, D) if cl else (2, D, SL))
+    w = rand(rng, (D, W))
+    for B, S in [(2, 0), (0, 2)]:
+        x = jnp.zeros((B, S, D) if cl else (B, D, S))
+        kw = dict(cache_seqlens=jnp.ones((B,), jnp.int32)) if circular else {}
+        idx = jnp.zeros((0,), jnp.int32) if B == 0 else None
+        y, ns = jcc.causal_conv1d_update(x, st, w, channels_last=cl, conv_state_indices=idx, **kw)
+        assert y.shape == x.shape
+        np.testing.assert_array_equal(ns, st)

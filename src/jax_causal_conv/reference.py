@@ -204,7 +204,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     # the new state: the newest SL entries of the stream, written in place
     if cache_seqlens is None:
         new_rows = jnp.concatenate([st, x.astype(st.dtype)], axis=-1)[..., S:]
-    elif SL > 0:
+    elif SL > 0 and S > 0:
         pos = jnp.mod(cache_seqlens[:, None] + jnp.arange(S)[None, :], SL)     # (B, S)
         keep = jnp.arange(S)[None, :] >= S - SL                                 # last SL only
         onehot = (jnp.arange(SL)[None, None, :] == pos[:, :, None]) & keep[:, :, None]  # (B,S,SL)
