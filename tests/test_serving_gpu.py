@@ -4,7 +4,8 @@ through the ring (random accept/reject schedules against feeding only the
 accepted tokens), the Flax ring decode and prefix snapshots.
 
 Skipped unless a GPU is visible and the CUDA module was built (as
-tests/test_gpu.py). Run: ``PYTHONPATH=src python -m pytest -q -m gpu tests/test_serving_gpu.py``.
+tests/test_gpu.py). Run: ``PYTHONPATH=src python -m pytest -q -m gpu tests/test_serving_gpu.py``;
+names containing "small" form the reduced grid for compute-sanitizer runs.
 """
 
 import numpy as np
@@ -73,9 +74,21 @@ MODES = {
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("W,extra", [(2, 0), (4, 0), (5, 3)])
 @pytest.mark.parametrize("S", [None, 1, 4])
-@pytest.mark.parametrize("B,D", [(5, 8), (3, 520), (64, 4096)])
+@pytest.mark.parametrize("B,D", [(5, 8), (3, 520)])
 def test_small_channels_last_update(dtype, mode, W, extra, S, B, D):
     """GPU vs CPU, and the channels-last call vs the channels-first one on the GPU."""
+    _update_case(dtype, mode, W, extra, S, B, D)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("S", [None, 4])
+@pytest.mark.parametrize("B,D", [(64, 4096), (256, 8192)])
+def test_channels_last_update_serving_sizes(dtype, mode, S, B, D):
+    _update_case(dtype, mode, 4, 0, S, B, D)
+
+
+def _update_case(dtype, mode, W, extra, S, B, D):
     rng = np.random.default_rng(W * 13 + extra + (S or 0) + D)
     dt = DT[dtype]
     N, SL = B + 2, W - 1 + extra
@@ -133,7 +146,7 @@ def test_channels_last_update_in_place_on_gpu():
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("cl", [False, True])
 @pytest.mark.parametrize("W,S,D", [(4, 1, 64), (4, 4, 520), (2, 3, 8), (5, 6, 4096)])
-def test_small_speculative_schedule_on_gpu(dtype, cl, W, S, D):
+def test_speculative_schedule_on_gpu(dtype, cl, W, S, D):
     """Outputs and states equal feeding only the accepted tokens (on the GPU),
     and the GPU run equals the CPU run of the same schedule."""
     kw = dict(B=3, D=D, W=W, S=S, SL=W - 1 + S, steps=6, cl=cl, dtype=DT[dtype], slots=True,
