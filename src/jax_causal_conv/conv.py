@@ -10,8 +10,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from . import prefix, reference
 from . import validation as V
-from . import reference
 from ._lowering import batching
 from ._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
 
@@ -75,12 +75,28 @@ def causal_conv1d(x, weight, bias=None, *, activation=None, residual=None, seq_i
 
 
 def causal_conv1d_varlen(x, weight, bias=None, *, cu_seqlens, activation=None,
-                         initial_states=None, return_final_states=False, backend="auto"):
+                         initial_states=None, return_final_states=False, block_size=None,
+                         max_blocks=None, backend="auto"):
     """Causal conv1d over sequences packed along tokens.
 
     ``x`` is (T, D); sequence n is ``x[cu_seqlens[n]:cu_seqlens[n+1]]``.
     ``initial_states`` / ``final_states`` are per sequence, (N, D, W-1).
+    With ``block_size`` and ``max_blocks`` (prefix caching) the result gains a
+    last element, each sequence's state after every ``block_size`` tokens,
+    (N, max_blocks, D, W-1), zeros past its end (see
+    :func:`jax_causal_conv.prefix.causal_conv1d_varlen_block_states`).
     """
+    if block_size is not None or max_blocks is not None:
+        if block_size is None or max_blocks is None:
+            raise ValueError("block_size and max_blocks go together, got "
+                             f"block_size={block_size!r}, max_blocks={max_blocks!r}")
+        out = causal_conv1d_varlen(x, weight, bias, cu_seqlens=cu_seqlens, activation=activation,
+                                   initial_states=initial_states,
+                                   return_final_states=return_final_states, backend=backend)
+        snaps = prefix.causal_conv1d_varlen_block_states(
+            x, cu_seqlens, jnp.shape(weight)[-1] - 1, block_size=block_size, max_blocks=max_blocks,
+            initial_states=initial_states)
+        return (*out, snaps) if return_final_states else (out, snaps)
     V.check_backend(backend)
     act = V.check_varlen(x, weight, bias, cu_seqlens, initial_states, activation)
     if backend == "xla" or 0 in x.shape:

@@ -12,47 +12,64 @@ from ._lowering.config import UpdateConfig
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
-                         cache_seqlens=None, conv_state_indices=None, backend="auto"):
+                         cache_seqlens=None, conv_state_indices=None, channels_last=False,
+                         backend="auto"):
     """One decoding step: ``x`` is (B, D) or (B, D, S) new tokens, ``conv_state``
-    (N_slots, D, state_len) the most recent inputs, newest last. Returns
-    ``(y, new_conv_state)``.
+    (N_slots, D, state_len) the most recent inputs, newest last. With
+    ``channels_last=True`` (the layout JAX models keep their caches in) ``x`` is
+    (B, D) or (B, S, D) and ``conv_state`` (N_slots, state_len, D); the kernel
+    reads both layouts, nothing is transposed. Returns ``(y, new_conv_state)``,
+    ``y`` shaped like ``x``.
 
     The kernel aliases the state buffer: under ``jit`` with ``conv_state``
     donated (``donate_argnums``) the state is updated in place, nothing copied.
     ``cache_seqlens`` (B,) makes the state a circular buffer holding that many
     tokens so far; ``conv_state_indices`` (B,) picks each row's slot, -1 for a
     padding row (zeros out, state untouched).
+
+    Speculative decoding: with ``cache_seqlens`` and ``state_len >= W-1+S``,
+    verify S draft tokens in one call, then advance ``cache_seqlens`` by the
+    number accepted only; the rejected tokens are never read again
+    (docs/streaming.md has a worked example).
     """
     V.check_backend(backend)
     act = V.check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices,
-                         activation)
-    if backend == "xla" or 0 in x.shape or 0 in conv_state.shape[:2]:
+                         activation, channels_last)
+    N = conv_state.shape[0]
+    D = conv_state.shape[2] if channels_last else conv_state.shape[1]
+    if backend == "xla" or 0 in x.shape or N == 0 or D == 0:
         return reference.causal_conv1d_update(
             x, conv_state, weight, bias, activation=act, cache_seqlens=cache_seqlens,
-            conv_state_indices=conv_state_indices)
+            conv_state_indices=conv_state_indices, channels_last=channels_last)
     x, conv_state = jnp.asarray(x), jnp.asarray(conv_state)
     single = x.ndim == 2
-    x3 = x[..., None] if single else x
-    cfg = UpdateConfig(activation=act, backend=backend)
+    # one token: a length-1 time axis where the layout has it (a reshape)
+    x3 = (x[:, None, :] if channels_last else x[..., None]) if single else x
+    cfg = UpdateConfig(activation=act, backend=backend, channels_last=bool(channels_last))
     y, new_state = _update(
         cfg, x3, conv_state.astype(x.dtype), jnp.asarray(weight)[None],
         None if bias is None else jnp.asarray(bias)[None],
         None if cache_seqlens is None else jnp.asarray(cache_seqlens, jnp.int32),
         None if conv_state_indices is None else jnp.asarray(conv_state_indices, jnp.int32))
-    return (y[..., 0] if single else y), new_state
+    if single:
+        y = y[:, 0, :] if channels_last else y[..., 0]
+    return y, new_state
 
 
-def causal_conv1d_varlen_states(x, cu_seqlens, state_len, *, backend="auto"):
+def causal_conv1d_varlen_states(x, cu_seqlens, state_len, *, channels_last=False,
+                                backend="auto"):
     """The last ``state_len`` inputs of each packed sequence of ``x`` (T, D),
-    zero-padded on the left: (N, D, state_len). Prefill hands these to decode."""
+    zero-padded on the left: (N, D, state_len), or (N, state_len, D) with
+    ``channels_last=True``. Prefill hands these to decode."""
     V.check_backend(backend)
-    V.check_varlen_states(x, cu_seqlens, state_len)
+    V.check_varlen_states(x, cu_seqlens, state_len, channels_last)
     if backend == "xla" or 0 in x.shape or state_len == 0:
-        return reference.causal_conv1d_varlen_states(x, cu_seqlens, state_len)
+        return reference.causal_conv1d_varlen_states(x, cu_seqlens, state_len,
+                                                     channels_last=channels_last)
     return _varlen_states(jnp.asarray(x), jnp.asarray(cu_seqlens, jnp.int32), int(state_len),
-                          backend)
+                          backend, bool(channels_last))
 
 
 # Cached per config and shapes, so eager calls do not re-trace (inlined under jit).
 _update = jax.jit(batching.update, static_argnums=0)
-_varlen_states = jax.jit(batching.varlen_states, static_argnums=(2, 3))
+_varlen_states = jax.jit(batching.varlen_states, static_argnums=(2, 3, 4))

@@ -6,52 +6,86 @@
     y = conv.apply({"params": params}, x)                # (B, L, D)
 
 Decoding, like ``flax.linen.MultiHeadDotProductAttention(decode=True)``: the
-module keeps the last ``W-1`` inputs in the ``"cache"`` collection, shaped
-(B, W-1, D). Initialise it with ``init(rng, x_like, decode=True)`` (the cache
+module keeps its history in the ``"cache"`` collection, channels-last, and a
+decode step of a few tokens runs the update kernel on it in place (no
+transposes). Initialise it with ``init(rng, x_like, decode=True)`` (the cache
 starts at zeros), then call ``apply(vars, x, decode=True, mutable=["cache"])``
 with a prompt of any length (prefill) and then with one or more new tokens at a
 time: the outputs equal the full-sequence ones.
+
+- ``speculative_tokens=0`` (default): ``conv_state`` is (B, W-1, D), the last
+  ``W-1`` inputs, newest last (what ``causal_conv1d`` returns as final states).
+- ``speculative_tokens=K``: ``conv_state`` is a ring of (B, W-1+K, D) entries
+  with ``cache_seqlens`` (B,) tokens committed and ``step_tokens`` (B,) fed by
+  the last call. Verify up to K draft tokens (plus the last sampled one) in
+  one decode call, then keep only the first ``a`` of its tokens with
+  :func:`accept` (the whole cache collection, any number of layers) or
+  ``apply(vars, a, method=CausalConv1d.accept, mutable=["cache"])``: the next
+  step sees exactly the history the accepted tokens alone leave. At most K
+  tokens of a step may be rejected. docs/streaming.md has a worked example.
 
 This module imports flax; ``import jax_causal_conv`` itself does not.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
+import flax.core
 import flax.linen as nn
 import jax.numpy as jnp
 
+from . import _decode_cache as dc
 from .conv import causal_conv1d
 
-__all__ = ["CausalConv1d", "default_kernel_init"]
+__all__ = ["CausalConv1d", "accept", "default_kernel_init"]
 
 # lecun-normal over the depthwise fan-in: each output channel sees W inputs.
 default_kernel_init = nn.initializers.variance_scaling(
     1.0, "fan_in", "truncated_normal", in_axis=1, out_axis=0)
 
 
-def conv_apply(x, kernel, bias, *, activation, residual, cache, dtype, backend, seq_idx=None):
-    """Shared by the linen and nnx modules: (y, new_cache or None)."""
+def conv_apply(x, kernel, bias, *, activation, residual, cache, dtype, backend, seq_idx=None,
+               seen=None):
+    """Shared by the linen and nnx modules: (y, new_cache or None). ``cache`` is
+    the channels-last decode state: ordered (B, W-1, D), or a ring when
+    ``seen`` (B,) gives its committed token counts (_decode_cache.py)."""
     if dtype is None:
         dtype = jnp.result_type(x, kernel, *(() if bias is None else (bias,)))
     x = jnp.asarray(x, dtype)
     kernel = jnp.asarray(kernel, dtype)
     bias = None if bias is None else jnp.asarray(bias, dtype)
     residual = None if residual is None else jnp.asarray(residual, dtype)
-    W = kernel.shape[-1]
     if cache is None:
         y = causal_conv1d(x, kernel, bias, activation=activation, residual=residual,
                           seq_idx=seq_idx, channels_last=True, backend=backend)
         return y, None
-    if W == 1:  # no history to carry
-        y = causal_conv1d(x, kernel, bias, activation=activation, residual=residual,
-                          channels_last=True, backend=backend)
-        return y, cache
-    y, final = causal_conv1d(x, kernel, bias, activation=activation, residual=residual,
-                             initial_states=jnp.asarray(cache, dtype), return_final_states=True,
-                             channels_last=True, backend=backend)
-    return y, final.astype(cache.dtype)
+    kw = dict(activation=activation, residual=residual, backend=backend)
+    if seen is None:
+        return dc.ordered_step(x, kernel, bias, state=cache, **kw)
+    return dc.ring_step(x, kernel, bias, ring=cache, seen=seen, **kw)
+
+
+_RING_KEYS = ("conv_state", "cache_seqlens", "step_tokens")
+
+
+def accept(cache, num_accepted):
+    """Speculative decoding: keep the first ``num_accepted`` tokens (scalar or
+    (B,) int) of the last decode call in every ring cache of ``cache`` (a
+    model's whole ``"cache"`` collection, stacked layers included) and return
+    the new collection. Values are clipped to [0, tokens of that call];
+    accepting twice is the same as once."""
+    def walk(node):
+        if not isinstance(node, Mapping):
+            return node
+        if all(k in node for k in _RING_KEYS):
+            seen, step = dc.accept(node["cache_seqlens"], node["step_tokens"], num_accepted)
+            out = {**node, "cache_seqlens": seen, "step_tokens": step}
+        else:
+            out = {k: walk(v) for k, v in node.items()}
+        return flax.core.freeze(out) if isinstance(node, flax.core.FrozenDict) else out
+    return walk(cache)
 
 
 class CausalConv1d(nn.Module):
@@ -66,6 +100,8 @@ class CausalConv1d(nn.Module):
       param_dtype: dtype of ``kernel`` and ``bias``.
       kernel_init / bias_init: initialisers of ``kernel`` (D, W) and ``bias`` (D,).
       backend: ``"auto"``, ``"ffi"`` or ``"xla"`` (see :func:`causal_conv1d`).
+      speculative_tokens: K, the most tokens of one decode call that
+        :meth:`accept` may reject; K > 0 makes the cache a ring of W-1+K inputs.
     """
 
     features: int
@@ -77,6 +113,7 @@ class CausalConv1d(nn.Module):
     kernel_init: Callable = default_kernel_init
     bias_init: Callable = nn.initializers.zeros_init()
     backend: str = "auto"
+    speculative_tokens: int = 0
 
     @nn.compact
     def __call__(self, x, residual=None, *, decode: bool = False, seq_idx=None):
@@ -98,12 +135,35 @@ class CausalConv1d(nn.Module):
         if seq_idx is not None:
             raise ValueError("CausalConv1d: seq_idx cannot be combined with decode=True")
         dtype = self.dtype or jnp.result_type(x, kernel)
+        B, K = x.shape[0], self.speculative_tokens
+        if not isinstance(K, int) or K < 0:
+            raise ValueError(f"CausalConv1d: speculative_tokens must be an int >= 0, got {K!r}")
         is_initialized = self.has_variable("cache", "conv_state")
         cache = self.variable("cache", "conv_state", jnp.zeros,
-                              (x.shape[0], self.kernel_size - 1, self.features), dtype)
+                              (B, self.kernel_size - 1 + K, self.features), dtype)
+        if K:
+            seen = self.variable("cache", "cache_seqlens", jnp.zeros, (B,), jnp.int32)
+            step = self.variable("cache", "step_tokens", jnp.zeros, (B,), jnp.int32)
         y, new = conv_apply(x, kernel, bias, activation=self.activation, residual=residual,
-                            cache=cache.value, dtype=self.dtype, backend=self.backend)
+                            cache=cache.value, dtype=self.dtype, backend=self.backend,
+                            seen=seen.value if K else None)
         # like flax attention, init() only creates the (zero) cache
         if is_initialized or not self.is_initializing():
             cache.value = new
+            if K:
+                seen.value = seen.value + x.shape[1]
+                step.value = jnp.full((B,), x.shape[1], jnp.int32)
         return y
+
+    def accept(self, num_accepted):
+        """Keep the first ``num_accepted`` (scalar or (B,)) tokens of the last
+        decode call, e.g. ``apply(vars, a, method=CausalConv1d.accept,
+        mutable=["cache"])``; the rest are rolled back. Needs
+        ``speculative_tokens > 0``; for a whole model use :func:`accept` on its
+        cache collection."""
+        if not self.speculative_tokens:
+            raise ValueError("CausalConv1d.accept needs speculative_tokens > 0 (a ring cache)")
+        seen, step = dc.accept(self.get_variable("cache", "cache_seqlens"),
+                               self.get_variable("cache", "step_tokens"), num_accepted)
+        self.put_variable("cache", "cache_seqlens", seen)
+        self.put_variable("cache", "step_tokens", step)

@@ -8,7 +8,15 @@
 Decoding: ``conv.init_cache(batch_size)`` creates an ``nnx.Cache`` holding the
 last ``W-1`` inputs, (B, W-1, D), at zeros; then ``conv(x, decode=True)`` with a
 prompt of any length (prefill) and then one or more tokens at a time updates it
-and gives the full-sequence outputs step by step.
+and gives the full-sequence outputs step by step. Steps of a few tokens run
+the update kernel on the channels-last cache in place (no transposes).
+
+Speculative decoding: with ``speculative_tokens=K`` the cache is a ring of
+(B, W-1+K, D) inputs with ``cache_seqlens`` (B,) tokens committed. Verify up to
+K draft tokens (plus the last sampled one) in one ``conv(x, decode=True)``,
+then ``conv.accept(a)`` (or :func:`accept` on a whole model) keeps only the
+first ``a`` tokens of that call: the next step sees exactly the history the
+accepted tokens alone leave. At most K tokens of a call may be rejected.
 
 This module imports flax; ``import jax_causal_conv`` itself does not.
 """
@@ -20,9 +28,10 @@ from typing import Any, Callable, Optional
 import jax.numpy as jnp
 from flax import nnx
 
+from . import _decode_cache as dc
 from .flax import conv_apply, default_kernel_init
 
-__all__ = ["CausalConv1d"]
+__all__ = ["CausalConv1d", "accept"]
 
 _data = getattr(nnx, "data", lambda v: v)  # flax >= 0.11 wants None-or-Variable attrs marked
 
@@ -50,6 +59,8 @@ class CausalConv1d(nnx.Module):
       param_dtype: dtype of ``kernel`` (D, W) and ``bias`` (D,).
       kernel_init / bias_init: their initialisers.
       backend: ``"auto"``, ``"ffi"`` or ``"xla"`` (see :func:`causal_conv1d`).
+      speculative_tokens: K, the most tokens of one decode call that
+        :meth:`accept` may reject; K > 0 makes the cache a ring of W-1+K inputs.
       rngs: ``nnx.Rngs`` for the initialisers.
     """
 
@@ -57,7 +68,10 @@ class CausalConv1d(nnx.Module):
                  activation: Optional[str] = None, dtype: Optional[Any] = None,
                  param_dtype: Any = jnp.float32, kernel_init: Callable = default_kernel_init,
                  bias_init: Callable = nnx.initializers.zeros_init(), backend: str = "auto",
-                 rngs: nnx.Rngs):
+                 speculative_tokens: int = 0, rngs: nnx.Rngs):
+        if not isinstance(speculative_tokens, int) or speculative_tokens < 0:
+            raise ValueError("CausalConv1d: speculative_tokens must be an int >= 0, got "
+                             f"{speculative_tokens!r}")
         self.features = features
         self.kernel_size = kernel_size
         self.use_bias = use_bias
@@ -68,13 +82,32 @@ class CausalConv1d(nnx.Module):
         self.kernel = nnx.Param(kernel_init(rngs.params(), (features, kernel_size), param_dtype))
         self.bias = _data(nnx.Param(bias_init(rngs.params(), (features,), param_dtype))
                           if use_bias else None)
+        self.speculative_tokens = speculative_tokens
         self.cache = _data(None)
+        self.cache_seqlens = _data(None)  # ring caches: committed tokens (B,)
+        self.step_tokens = _data(None)    # and tokens fed by the last decode call (B,)
 
     def init_cache(self, batch_size: int, dtype: Any = None):
-        """Start decoding: a zero cache of the last ``W-1`` inputs, (B, W-1, D)."""
+        """Start decoding: a zero cache of the last ``W-1`` inputs, (B, W-1, D), or
+        a ring of (B, W-1+K, D) with ``speculative_tokens=K``."""
         dtype = dtype or self.dtype or self.param_dtype
-        self.cache = nnx.Cache(jnp.zeros((batch_size, self.kernel_size - 1, self.features),
+        K = self.speculative_tokens
+        self.cache = nnx.Cache(jnp.zeros((batch_size, self.kernel_size - 1 + K, self.features),
                                          dtype))
+        if K:
+            self.cache_seqlens = nnx.Cache(jnp.zeros((batch_size,), jnp.int32))
+            self.step_tokens = nnx.Cache(jnp.zeros((batch_size,), jnp.int32))
+
+    def accept(self, num_accepted):
+        """Keep the first ``num_accepted`` (scalar or (B,) int, clipped to [0,
+        tokens of the last call]) tokens of the last decode call; the others are
+        rolled back. Accepting twice is the same as once."""
+        if self.cache_seqlens is None:
+            raise ValueError("CausalConv1d.accept needs speculative_tokens > 0 and "
+                             "init_cache(batch_size) first")
+        seen, step = dc.accept(_get(self.cache_seqlens), _get(self.step_tokens), num_accepted)
+        _set(self.cache_seqlens, seen)
+        _set(self.step_tokens, step)
 
     def __call__(self, x, residual=None, *, decode: bool = False, seq_idx=None):
         """``x`` (B, L, D) -> (B, L, D); ``residual`` is added after the activation.
@@ -97,8 +130,21 @@ class CausalConv1d(nnx.Module):
         if self.cache.shape[0] != x.shape[0]:
             raise ValueError(f"CausalConv1d: cache batch {self.cache.shape[0]} != x batch "
                              f"{x.shape[0]}; call init_cache({x.shape[0]})")
+        ring = self.cache_seqlens is not None
         y, new = conv_apply(x, _get(self.kernel), bias, activation=self.activation,
                             residual=residual, cache=_get(self.cache), dtype=self.dtype,
-                            backend=self.backend)
+                            backend=self.backend,
+                            seen=_get(self.cache_seqlens) if ring else None)
         _set(self.cache, new)
+        if ring:
+            _set(self.cache_seqlens, _get(self.cache_seqlens) + x.shape[1])
+            _set(self.step_tokens, jnp.full(_get(self.step_tokens).shape, x.shape[1], jnp.int32))
         return y
+
+
+def accept(model, num_accepted):
+    """Speculative decoding: :meth:`CausalConv1d.accept` on every ring-cached
+    CausalConv1d of ``model`` (stacked layers included)."""
+    for _, m in nnx.iter_graph(model):
+        if isinstance(m, CausalConv1d) and m.cache_seqlens is not None:
+            m.accept(num_accepted)

@@ -121,8 +121,10 @@ def _varlen_taps(x, cu_seqlens, initial_states, W):
     return taps
 
 
-def varlen_final_states(x, cu_seqlens, initial_states, state_len):
-    """Last ``state_len`` inputs of each sequence of ``concat(initial_states, x_seq)``."""
+def varlen_final_states(x, cu_seqlens, initial_states, state_len, channels_last=False):
+    """Last ``state_len`` inputs of each sequence of ``concat(initial_states, x_seq)``:
+    (N, D, state_len), or (N, state_len, D) with ``channels_last`` (the
+    ``initial_states`` are (N, D, W-1) either way)."""
     N = cu_seqlens.shape[0] - 1
     T, D = x.shape
     lo, hi = cu_seqlens[:-1], cu_seqlens[1:]
@@ -135,7 +137,8 @@ def varlen_final_states(x, cu_seqlens, initial_states, state_len):
         j = jnp.clip(Wm1 + pos - lo[:, None], 0, Wm1 - 1)
         h = jnp.take_along_axis(initial_states, j[:, None, :], axis=2)
         v = jnp.where(inside[..., None], v, jnp.swapaxes(h, 1, 2))
-    return jnp.swapaxes(v, 1, 2).astype(x.dtype)                    # (N, D, S)
+    v = v.astype(x.dtype)                                           # (N, S, D)
+    return v if channels_last else jnp.swapaxes(v, 1, 2)
 
 
 def causal_conv1d_varlen(x, weight, bias=None, *, cu_seqlens, activation=None,
@@ -158,28 +161,38 @@ def causal_conv1d_varlen(x, weight, bias=None, *, cu_seqlens, activation=None,
     return y, varlen_final_states(x, cu_seqlens, initial_states, W - 1)
 
 
-def causal_conv1d_varlen_states(x, cu_seqlens, state_len):
+def causal_conv1d_varlen_states(x, cu_seqlens, state_len, *, channels_last=False,
+                                backend="xla"):
     """Reference of :func:`jax_causal_conv.causal_conv1d_varlen_states`."""
-    V.check_varlen_states(x, cu_seqlens, state_len)
-    return varlen_final_states(x, cu_seqlens, None, state_len)
+    V.check_varlen_states(x, cu_seqlens, state_len, channels_last)
+    return varlen_final_states(x, cu_seqlens, None, state_len, channels_last)
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
-                         cache_seqlens=None, conv_state_indices=None, backend="xla"):
-    """Reference of :func:`jax_causal_conv.causal_conv1d_update`."""
+                         cache_seqlens=None, conv_state_indices=None, channels_last=False,
+                         backend="xla"):
+    """Reference of :func:`jax_causal_conv.causal_conv1d_update`.
+
+    Computed channels-first; with ``channels_last`` only the rows the batch
+    touches (and x, y) are transposed, never the whole slot pool."""
     activation = V.check_update(x, conv_state, weight, bias, cache_seqlens,
-                                conv_state_indices, activation)
+                                conv_state_indices, activation, channels_last)
     single = x.ndim == 2
     if single:
         x = x[..., None]
+    elif channels_last:
+        x = jnp.swapaxes(x, 1, 2)
     B, D, S = x.shape
-    N, _, SL = conv_state.shape
+    N = conv_state.shape[0]
+    SL = conv_state.shape[1] if channels_last else conv_state.shape[2]
     W = weight.shape[-1]
     acc_t = _acc_dtype(x.dtype)
     slots = jnp.arange(B) if conv_state_indices is None else conv_state_indices
     pad = (slots < 0) | (slots >= N)
     safe = jnp.clip(slots, 0, max(N - 1, 0))
-    st = conv_state[safe]                                      # (B, D, SL)
+    st = conv_state[safe]                                      # (B, D, SL) or (B, SL, D)
+    if channels_last:
+        st = jnp.swapaxes(st, 1, 2)
     if cache_seqlens is None:
         hist = st[..., SL - (W - 1):]
     else:
@@ -191,16 +204,19 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, *, activation=None,
     # the new state: the newest SL entries of the stream, written in place
     if cache_seqlens is None:
         new_rows = jnp.concatenate([st, x.astype(st.dtype)], axis=-1)[..., S:]
-    elif SL > 0:
+    elif SL > 0 and S > 0:
         pos = jnp.mod(cache_seqlens[:, None] + jnp.arange(S)[None, :], SL)     # (B, S)
         keep = jnp.arange(S)[None, :] >= S - SL                                 # last SL only
-        rows = st
         onehot = (jnp.arange(SL)[None, None, :] == pos[:, :, None]) & keep[:, :, None]  # (B,S,SL)
-        written = jnp.einsum("bsl,bds->bdl", onehot.astype(acc_t), x.astype(acc_t))
-        hit = onehot.any(axis=1)[:, None, :]
-        new_rows = jnp.where(hit, written.astype(st.dtype), rows)
+        # each ring entry is written by at most one token: select it (a gather,
+        # no arithmetic, so NaN/Inf in one token cannot reach other entries)
+        src = jnp.argmax(onehot, axis=1)                                         # (B, SL)
+        written = jnp.take_along_axis(x, src[:, None, :], axis=2).astype(st.dtype)
+        new_rows = jnp.where(onehot.any(axis=1)[:, None, :], written, st)
     else:
         new_rows = st
+    if channels_last:
+        new_rows, y = jnp.swapaxes(new_rows, 1, 2), (y if single else jnp.swapaxes(y, 1, 2))
     target = jnp.where(pad, N, safe)  # padding rows write nowhere (dropped index)
     new_state = conv_state.at[target].set(new_rows, mode="drop")
     return (y[..., 0] if single else y), new_state

@@ -253,9 +253,16 @@ def check_varlen(x, weight, bias, cu_seqlens, initial_states, activation, conv=J
     return activation
 
 
+def check_channels_last(channels_last):
+    # a static layout switch: a traced or non-bool value is a mistake
+    if not isinstance(channels_last, (bool, np.bool_)):
+        raise TypeError(f"channels_last must be a Python bool, got {channels_last!r}")
+
+
 def check_varlen_states(x, cu_seqlens, state_len, channels_last=False, conv=JAX):
     """causal_conv1d_varlen_states' arguments; returns the output shape,
     (N, D, state_len), or (N, state_len, D) when channels-last."""
+    check_channels_last(channels_last)
     check_float("x", x)
     T, D = check_rank("x", x, 2, "(total_tokens, dim)")
     N = check_cu_seqlens(cu_seqlens, T, conv)
@@ -271,6 +278,7 @@ def check_update(x, conv_state, weight, bias, cache_seqlens, conv_state_indices,
     x (B, D) or (B, D, S) and conv_state (num_slots, D, state_len); with
     channels_last, x (B, D) or (B, S, D) and conv_state (num_slots, state_len, D).
     """
+    check_channels_last(channels_last)
     activation = check_activation(activation)
     check_float("x", x)
     xs = shape_of(x)

@@ -111,15 +111,19 @@ def _update_fn(cfg):
 
 
 def update(cfg, x, state, w, b, cache, idx):
-    """x (B, D, S), state (N, D, SL) -> (y, new_state)"""
+    """x (B, D, S), state (N, D, SL) -> (y, new_state); with cfg.channels_last
+    x (B, S, D), state (N, SL, D). The vmap rule folds axis 0, the batch and
+    slot axis in both layouts, so neither is ever transposed."""
     return _update_fn(cfg)(x, state, w, b, cache, idx)
 
 
 @functools.lru_cache(maxsize=None)
-def _varlen_states_fn(state_len, backend):
+def _varlen_states_fn(state_len, backend, channels_last):
     def run(x, cu):
-        return dispatch(backend, functools.partial(ffi_calls.varlen_states, state_len),
-                        functools.partial(xla_twins.varlen_states, state_len), x.dtype, x, cu)
+        return dispatch(backend, functools.partial(ffi_calls.varlen_states, state_len,
+                                                   channels_last=channels_last),
+                        functools.partial(xla_twins.varlen_states, state_len,
+                                          channels_last=channels_last), x.dtype, x, cu)
 
     f = custom_vmap(run)
 
@@ -137,5 +141,8 @@ def _varlen_states_fn(state_len, backend):
     return f
 
 
-def varlen_states(x, cu, state_len, backend):
-    return _varlen_states_fn(state_len, backend)(x, cu)
+def varlen_states(x, cu, state_len, backend, channels_last=False):
+    """x (T, D), cu (N+1,) -> (N, D, state_len), or (N, state_len, D) channels-last.
+    A vmapped call concatenates the items' packs (the output's axis 0 folds
+    either layout)."""
+    return _varlen_states_fn(state_len, backend, bool(channels_last))(x, cu)

@@ -53,17 +53,18 @@ def update(cfg, x, state, w, b, cache, idx):
     if G == 1:
         return reference.causal_conv1d_update(
             x, state, w[0], None if b is None else b[0], activation=cfg.activation,
-            cache_seqlens=cache, conv_state_indices=idx)
+            cache_seqlens=cache, conv_state_indices=idx, channels_last=cfg.channels_last)
     # Weight groups only arise from vmap, where each group owns its own rows
     # and slots (batching.py lays them out contiguously).
     N = state.shape[0] // G
     local = None if idx is None else jnp.where(idx >= 0, idx % max(N, 1), -1)
     xg, sg, cg, ig = (split_groups(a, G) for a in (x, state, cache, local))
     ys, states = jax.vmap(lambda xg, sg, wg, bg, cg, ig: reference.causal_conv1d_update(
-        xg, sg, wg, bg, activation=cfg.activation, cache_seqlens=cg, conv_state_indices=ig))(
+        xg, sg, wg, bg, activation=cfg.activation, cache_seqlens=cg, conv_state_indices=ig,
+        channels_last=cfg.channels_last))(
         xg, sg, w, b, cg, ig)
     return ys.reshape(x.shape), states.reshape(state.shape)
 
 
-def varlen_states(state_len, x, cu):
-    return reference.varlen_final_states(x, cu, None, state_len)
+def varlen_states(state_len, x, cu, channels_last=False):
+    return reference.varlen_final_states(x, cu, None, state_len, channels_last)
