@@ -9,7 +9,7 @@ import re
 import jax
 import numpy as np
 import pytest
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
 
 # JCC_SHARDING_PLATFORM=gpu runs the cases on the local GPUs (those whose mesh fits).
 PLATFORM = os.environ.get("JCC_SHARDING_PLATFORM", "cpu")

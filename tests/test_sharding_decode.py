@@ -131,13 +131,39 @@ def test_varlen_channel_split_runs_locally(explicit):
     assert collectives(hlo) == []
 
 
-def test_varlen_token_split_warns_and_gathers():
-    m = mesh((4,), ("t",))
-    x, w = rand((T, D)), rand((D, W))
-    f = jax.jit(lambda x: jcc.causal_conv1d_varlen(x, w, cu_seqlens=CU))
-    with pytest.warns(ShardingFallbackWarning, match="causal_conv1d_varlen with its tokens"):
-        y = f(put(x, m, P("t", None)))
-    close(y, jcc.causal_conv1d_varlen(x, w, cu_seqlens=CU), 2e-5)
+CUS = {"cu": CU, "boundaries_and_empty": jnp.asarray([0, 6, 6, 12, 13, 24], jnp.int32),
+       "one_long": jnp.asarray([0, 1, 24], jnp.int32)}
+
+
+@pytest.mark.parametrize("cu_name,n_tok,explicit", [("cu", 4, False), ("cu", 4, True),
+                                                    ("boundaries_and_empty", 4, False),
+                                                    ("one_long", 8, False)])
+def test_varlen_token_split_exchanges_a_halo(cu_name, n_tok, explicit):
+    """Tokens split: sequences crossing a block boundary get their history
+    from the halo (and their initial states before their start), final
+    states come from the block holding each sequence's last token."""
+    cu = CUS[cu_name]
+    Ns = len(cu) - 1
+    m = mesh((n_tok,), ("t",), explicit)
+    x, w, b, h = rand((T, D)), rand((D, W)), rand((D,)), rand((Ns, D, W - 1))
+    f = lambda x, w, b, h: jcc.causal_conv1d_varlen(  # noqa: E731
+        x, w, b, cu_seqlens=cu, initial_states=h, return_final_states=True, activation="silu")
+    loss = lambda *a: sum(jnp.sum(jnp.sin(o)) for o in f(*a))  # noqa: E731
+    args = (put(x, m, P("t", None)), w, b, h)
+    c, hlo = compiled(f, *args)
+    for a, e in zip(c(*args), f(x, w, b, h)):
+        close(a, e, 2e-5, "varlen, tokens split")
+    Tl, H = T // n_tok, W - 1
+    colls = collectives(hlo)
+    no_gathers(colls)
+    hops = -(-H // Tl)
+    assert sorted(s[0][1] for k, s, _ in colls if k == "collective-permute") == \
+        sorted([(1, min(H, Tl), D)] * (hops - 1) + [(1, H - (hops - 1) * Tl, D)]), colls
+    assert [s for k, s, _ in colls if k == "all-reduce"] == [[("f32", (Ns, D, H))]], colls
+    g, hlo = compiled(jax.grad(loss, (0, 1, 2, 3)), *args)
+    for a, e in zip(g(*args), jax.grad(loss, (0, 1, 2, 3))(x, w, b, h)):
+        close(a, e, 2e-4, "varlen grad, tokens split")
+    no_gathers(collectives(hlo))
 
 
 @pytest.mark.parametrize("split", ["channel", "token", "token_cl"])

@@ -136,6 +136,19 @@ def test_export_of_an_auto_sharded_function_is_refused_by_jax():
             jax.ShapeDtypeStruct((8, 4), jnp.float32))
 
 
+def test_inside_a_users_shard_map_the_calls_run_per_block():
+    """Under the user's own shard_map (vma-checked) each call runs on its block,
+    and a weight replicated over the batch axis gets its gradient summed."""
+    m = mesh((4,), ("b",), explicit=True)
+    x, w = rand((4, 8, 32)), rand((8, 4))
+    conv = lambda x, w: jcc.causal_conv1d(x, w, activation="silu")  # noqa: E731
+    f = jax.shard_map(conv, mesh=m, in_specs=(P("b"), P()), out_specs=P("b"))
+    loss = lambda fn: lambda x, w: jnp.sum(jnp.sin(fn(x, w)))  # noqa: E731
+    got = jax.jit(jax.grad(loss(f), (0, 1)))(put(x, m, P("b")), w)
+    for a, e in zip(got, jax.grad(loss(conv), (0, 1))(x, w)):
+        close(a, e, 2e-5)
+
+
 # --- the layout-pinning wrappers -----------------------------------------------------
 
 @pytest.mark.parametrize("explicit", [False, True])
@@ -158,9 +171,11 @@ def test_wrappers_place_as_named(explicit):
         close(a, e, 2e-5)
     cu = jnp.asarray([0, 3, 8], jnp.int32)
     xv = rand((8, 4))
-    out = S.causal_conv1d_varlen_sharded(xv, w, cu_seqlens=cu, mesh=m, channel_axis="b")
+    out = S.causal_conv1d_varlen_sharded(xv, w, cu_seqlens=cu, mesh=m, channel_axis="b",
+                                         seq_axis="s")
     close(out, jcc.causal_conv1d_varlen(xv, w, cu_seqlens=cu), 2e-5)
-    out = S.causal_conv1d_varlen_states_sharded(xv, cu, 3, mesh=m, channel_axis="b")
+    out = S.causal_conv1d_varlen_states_sharded(xv, cu, 3, mesh=m, channel_axis="b",
+                                                seq_axis="s")
     close(out, jcc.causal_conv1d_varlen_states(xv, cu, 3), 0)
 
 
@@ -174,9 +189,12 @@ def test_wrapper_errors():
             S.causal_conv1d_sharded(x, w, mesh=m, **kw)
     with pytest.raises(ValueError, match="channels D = 6"):
         S.causal_conv1d_sharded(rand((2, 6, 32)), rand((6, 4)), mesh=m, channel_axis="s")
-    with pytest.raises(NotImplementedError, match="channel sharding only"):
+    with pytest.raises(ValueError, match="no batch dimension"):
         S.causal_conv1d_varlen_sharded(rand((4, 4)), w, cu_seqlens=jnp.array([0, 4]), mesh=m,
-                                       seq_axis="s")
+                                       batch_axis="b")
+    with pytest.raises(ValueError, match="tokens T = 6 is not divisible by 4"):
+        S.causal_conv1d_varlen_states_sharded(rand((6, 4)), jnp.array([0, 6]), 3, mesh=m,
+                                              seq_axis="s")
 
 
 def test_docs_example_runs():

@@ -153,46 +153,50 @@ def causal_conv1d_update_sharded(x, conv_state, weight, bias=None, *, mesh, batc
 
 
 def _varlen_axes(mesh, channel_axis, batch_axis, seq_axis, what):
-    if batch_axis is not None or seq_axis is not None:
-        raise NotImplementedError(
-            f"{what} supports channel sharding only (channel_axis=...): packed sequences "
-            "cross any token split, so split the channels, or use causal_conv1d_sharded "
-            "with seq_idx for a (B, L) packing that can be split over batch and sequence")
-    return _norm_axis(mesh, channel_axis, "channel_axis")
+    if batch_axis is not None:
+        raise ValueError(f"{what}: packed sequences have no batch dimension to split "
+                         f"(batch_axis={batch_axis!r}); split the tokens (seq_axis) or the "
+                         "channels (channel_axis)")
+    ca = _norm_axis(mesh, channel_axis, "channel_axis")
+    sa = _norm_axis(mesh, seq_axis, "seq_axis")
+    _check_axes(channel_axis=ca, seq_axis=sa)
+    return ca, sa
 
 
 def causal_conv1d_varlen_sharded(x, weight, bias=None, *, cu_seqlens, mesh, channel_axis=None,
                                  batch_axis=None, seq_axis=None, activation=None,
                                  initial_states=None, return_final_states=False,
                                  backend="auto"):
-    """:func:`jax_causal_conv.causal_conv1d_varlen` with channels split over
-    ``mesh`` (``x`` (T, D) placed ``P(None, channel)``, states (N, D, W-1)
-    ``P(None, channel, None)``, ``cu_seqlens`` replicated); no communication.
-    Token (``seq_axis``) and ``batch_axis`` splits raise ``NotImplementedError``."""
-    ca = _varlen_axes(mesh, channel_axis, batch_axis, seq_axis, "causal_conv1d_varlen_sharded")
+    """:func:`jax_causal_conv.causal_conv1d_varlen` with the tokens (``seq_axis``)
+    and/or channels split over ``mesh``: ``x`` (T, D) placed ``P(seq, channel)``,
+    states (N, D, W-1) ``P(None, channel, None)``, ``cu_seqlens`` replicated."""
+    ca, sa = _varlen_axes(mesh, channel_axis, batch_axis, seq_axis,
+                          "causal_conv1d_varlen_sharded")
     V.check_backend(backend)
     V.check_varlen(x, weight, bias, cu_seqlens, initial_states, activation)
     _check_divides(mesh, ca, "channel_axis", x.shape[1], "channels D")
+    _check_divides(mesh, sa, "seq_axis", x.shape[0], "tokens T")
     sts = P(None, ca, None)
     x, weight, bias, cu, initial_states = _place(
         mesh, (x, weight, bias, jnp.asarray(cu_seqlens, jnp.int32), initial_states),
-        (P(None, ca), P(ca, None), P(ca), P(None), sts))
+        (P(sa, ca), P(ca, None), P(ca), P(None), sts))
     out = causal_conv1d_varlen(x, weight, bias, cu_seqlens=cu, activation=activation,
                                initial_states=initial_states,
                                return_final_states=return_final_states, backend=backend)
-    return _place(mesh, out, (P(None, ca), sts) if return_final_states else P(None, ca))
+    return _place(mesh, out, (P(sa, ca), sts) if return_final_states else P(sa, ca))
 
 
 def causal_conv1d_varlen_states_sharded(x, cu_seqlens, state_len, *, mesh, channel_axis=None,
                                         batch_axis=None, seq_axis=None, backend="auto"):
-    """:func:`jax_causal_conv.causal_conv1d_varlen_states` with channels split over
-    ``mesh``: (T, D) ``P(None, channel)`` -> (N, D, state_len)
-    ``P(None, channel, None)``; no communication. Channel sharding only."""
-    ca = _varlen_axes(mesh, channel_axis, batch_axis, seq_axis,
-                      "causal_conv1d_varlen_states_sharded")
+    """:func:`jax_causal_conv.causal_conv1d_varlen_states` with the tokens and/or
+    channels split over ``mesh``: (T, D) ``P(seq, channel)`` -> (N, D, state_len)
+    ``P(None, channel, None)``."""
+    ca, sa = _varlen_axes(mesh, channel_axis, batch_axis, seq_axis,
+                          "causal_conv1d_varlen_states_sharded")
     V.check_backend(backend)
     V.check_varlen_states(x, cu_seqlens, state_len)
     _check_divides(mesh, ca, "channel_axis", x.shape[1], "channels D")
-    x, cu = _place(mesh, (x, jnp.asarray(cu_seqlens, jnp.int32)), (P(None, ca), P(None)))
+    _check_divides(mesh, sa, "seq_axis", x.shape[0], "tokens T")
+    x, cu = _place(mesh, (x, jnp.asarray(cu_seqlens, jnp.int32)), (P(sa, ca), P(None)))
     out = causal_conv1d_varlen_states(x, cu, state_len, backend=backend)
     return _place(mesh, out, P(None, ca, None))

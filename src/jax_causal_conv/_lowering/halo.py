@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import xla_twins
-from .config import ROWS
+from .config import ROWS, VARLEN
 
 
 def _take(a, start, stop, ax):
@@ -155,6 +155,8 @@ def _hand_out(fin, owner, axes):
 
 def forward(cfg, axes, n, x, w, b, res, sidx, cu, init):
     from .shard_bodies import kernel_forward
+    if cfg.mode == VARLEN:
+        return varlen_forward(cfg, axes, n, x, w, b, cu, init)
     t = 1 if cfg.channels_last else 2
     H, Ll = w.shape[-1] - 1, x.shape[t]
     halo = exchange(x, H, t, axes, n, fill=init)
@@ -173,6 +175,8 @@ def forward(cfg, axes, n, x, w, b, res, sidx, cu, init):
 
 def backward(cfg, axes, n, x, w, b, sidx, cu, init, dy, dfin):
     from .shard_bodies import kernel_backward
+    if cfg.mode == VARLEN:
+        return varlen_backward(cfg, axes, n, x, w, b, cu, init, dy, dfin)
     t = 1 if cfg.channels_last else 2
     H, Ll = w.shape[-1] - 1, x.shape[t]
     i = lax.axis_index(axes)
@@ -208,4 +212,86 @@ def backward(cfg, axes, n, x, w, b, sidx, cu, init, dy, dfin):
         back = ex_vjp(dhalo.astype(halo.dtype))
         dx = dx + back[0]
         dinit = None if init is None else lax.psum(back[1], axes)
+    return dx, dw, db, dinit
+
+
+# --- packed sequences (causal_conv1d_varlen) split over tokens ---------------------------
+
+@functools.lru_cache(maxsize=None)
+def _varlen_conv(cfg):
+    """The block's varlen kernel call, differentiable (states included)."""
+    from .shard_bodies import kernel_backward, kernel_forward
+
+    @jax.custom_vjp
+    def conv(x, w, b, cu, init):
+        return kernel_forward(cfg, x, w, b, None, None, cu, init)
+
+    def fwd(x, w, b, cu, init):
+        return conv(x, w, b, cu, init), (x, w, b, cu, init)
+
+    def bwd(saved, cts):
+        x, w, b, cu, init = saved
+        dx, dw, db, dinit = kernel_backward(cfg, x, w, b, None, cu, init, *cts)
+        return dx, dw, db, None, dinit
+
+    conv.defvjp(fwd, bwd)
+    return conv
+
+
+def _varlen_block(cfg, axes, x, w, b, cu, init, halo):
+    """The block's tokens as packed sequences clipped to the block; the one
+    that runs into it from the previous block (n0) gets as history the halo
+    from its own tokens and, before its start, its initial states."""
+    R, Tl, D = x.shape
+    N, H = cu.shape[1] - 1, halo.shape[1]
+    start = lax.axis_index(axes) * Tl
+    n0 = jnp.minimum(jnp.sum(cu[:, 1:] <= start, axis=1), N - 1)            # (R,)
+    c0 = jnp.take_along_axis(cu, n0[:, None], axis=1)                        # (R, 1)
+    p = start - H + jnp.arange(H)[None, :]                                   # (R, H) global
+    rows = (jnp.zeros((R, N, D, H), x.dtype) if init is None
+            else init.reshape(R, N, D, H))
+    own = jnp.take_along_axis(rows, n0[:, None, None, None], axis=1)[:, 0]   # (R, D, H)
+    hist = jnp.take_along_axis(own, jnp.clip(p - c0 + H, 0, H - 1)[:, None, :], axis=2)
+    h0 = jnp.where((p >= c0)[:, None, :], jnp.swapaxes(halo, 1, 2), hist)
+    rows = rows.at[jnp.arange(R), n0].set(h0)
+    cu_local = jnp.clip(cu - start, 0, Tl)
+    return _varlen_conv(cfg)(x, w, b, cu_local, rows.reshape(R * N, D, H))
+
+
+def _varlen_owner(cu, Tl, axes):
+    """Per sequence, whether this block holds its last token (empty ones: block 0)."""
+    last = jnp.where(cu[:, 1:] > cu[:, :-1], (cu[:, 1:] - 1) // Tl, 0)
+    return (last == lax.axis_index(axes)).reshape(-1, 1, 1)
+
+
+def varlen_forward(cfg, axes, n, x, w, b, cu, init):
+    H = w.shape[-1] - 1
+    halo = exchange(x, H, 1, axes, n)
+    y, fin = _varlen_block(cfg, axes, x, w, b, cu, init, halo)
+    if fin is not None:
+        fin = _hand_out(fin, _varlen_owner(cu, x.shape[1], axes), axes)
+    return y, fin
+
+
+def varlen_backward(cfg, axes, n, x, w, b, cu, init, dy, dfin):
+    H, Tl = w.shape[-1] - 1, x.shape[1]
+    halo, ex_vjp = jax.vjp(lambda x: exchange(x, H, 1, axes, n), x)
+    if dfin is not None:
+        dfin = jnp.where(_varlen_owner(cu, Tl, axes), dfin, jnp.zeros_like(dfin))
+    cfg = dataclasses.replace(cfg, want_final=dfin is not None)
+    if init is None:
+        _, vjp = jax.vjp(lambda x, w, b, h: _varlen_block(cfg, axes, x, w, b, cu, None, h),
+                         x, w, b, halo)
+        (dx, dw, db, dhalo), dinit = vjp((dy, dfin)), None
+    else:
+        _, vjp = jax.vjp(lambda x, w, b, i, h: _varlen_block(cfg, axes, x, w, b, cu, i, h),
+                         x, w, b, init, halo)
+        dx, dw, db, dinit, dhalo = vjp((dy, dfin))
+        dinit = lax.psum(dinit, axes)   # each block's sequences' (and n0's history) part
+    if Tl >= H:
+        recv = lax.ppermute(dhalo, axes, [(s + 1, s) for s in range(n - 1)])
+        tail = _take(dx, Tl - H, Tl, 1).astype(jnp.float32) + recv.astype(jnp.float32)
+        dx = lax.dynamic_update_slice_in_dim(dx, tail.astype(dx.dtype), Tl - H, 1)
+    else:
+        dx = dx + ex_vjp(dhalo.astype(halo.dtype))[0]
     return dx, dw, db, dinit

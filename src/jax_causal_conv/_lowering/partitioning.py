@@ -15,10 +15,10 @@ ops, and says how it runs on the blocks it is given (shard_bodies.py):
   ``jax.shard_map``; the outputs' types carry the shardings of the plan.
 
 Where a split cannot be served cheaply (a split that does not divide the
-dimension, a token-split ``causal_conv1d_varlen``, decode rows and state
-slots split differently) the plan drops it, which makes XLA gather that
-dimension, and says so with a ``ShardingFallbackWarning`` naming the case and
-what to do: never a silent gather of activations.
+dimension, decode rows and state slots split differently) the plan drops it,
+which makes XLA gather that dimension, and says so with a
+``ShardingFallbackWarning`` naming the case and what to do: never a silent
+gather of activations.
 """
 
 from __future__ import annotations
@@ -144,12 +144,6 @@ def _plan(kind, static, ins, args_shapes, specs, mesh_shape, quiet=False):
         axes[f] = a
         used.update(a)
     extra = None
-    if kind in ("forward", "backward") and static.mode == VARLEN and axes.get("l"):
-        say(f"causal_conv1d_varlen with its tokens split over mesh axes {axes['l']}: packed "
-            "sequences cross the split, which these kernels do not exchange; the tokens are "
-            "gathered. Split the channels instead, or pack into (batch, length) rows with "
-            "seq_idx and use causal_conv1d, whose sequence split exchanges a halo.")
-        axes["l"] = ()
     if kind == "update":
         rows, slots = axes.get("b", ()), axes.get("n", ())
         extra = blocked = rows == slots
