@@ -6,7 +6,9 @@
 // (the same rank/shape/dtype view XLA would hand the FFI handlers), so the
 // DLPack path validates exactly like the XLA path. What XLA guarantees but
 // DLPack does not (device, row-major contiguity, a supported dtype) is checked
-// here first. Errors are Python exceptions: TypeError for dtypes, ValueError
+// here first. The one exception to contiguity: x (forward and backward) may
+// be a strided view whose last axis has unit stride (ConvArgs in problem.h),
+// e.g. one half of Mamba's xz, or a (B, L, D) slice of a wider tensor. Errors are Python exceptions: TypeError for dtypes, ValueError
 // for everything else, all naming the argument.
 #pragma once
 
@@ -102,9 +104,9 @@ class Buf {
     if (!a.has_value()) return;
     Set(name, *a, kind, place);
   }
-  Buf(const char* name, const Array& a, Kind kind, Placement* place) {
+  Buf(const char* name, const Array& a, Kind kind, Placement* place, bool strided = false) {
     Init();
-    Set(name, a, kind, place);
+    Set(name, a, kind, place, strided);
   }
 
   bool present() const { return present_; }
@@ -124,7 +126,7 @@ class Buf {
     raw_.dims = dims_;
   }
 
-  void Set(const char* name, const Array& a, Kind kind, Placement* place) {
+  void Set(const char* name, const Array& a, Kind kind, Placement* place, bool strided = false) {
     const int32_t dev = a.device_type();
     if (dev != place->device_type)
       ThrowValue(std::string(name) + " is on device '" + DeviceName(dev) + "', expected '" +
@@ -147,22 +149,25 @@ class Buf {
     if (rank > kMaxRank)
       ThrowValue(std::string(name) + " has rank " + std::to_string(rank) + ", at most " +
                  std::to_string(kMaxRank) + " expected");
-    // Row-major contiguity; strides of size-1 axes do not matter, nor do any
-    // strides of an empty array.
+    // Row-major contiguity (strided: only a unit last axis and non-negative
+    // strides); strides of size-1 axes do not matter, nor do any strides of
+    // an empty array.
     int64_t count = 1;
     for (size_t i = 0; i < rank; ++i) count *= int64_t(a.shape(i));
     if (count > 0) {
       int64_t expect = 1;
       for (size_t i = rank; i-- > 0;) {
         const int64_t n = int64_t(a.shape(i));
-        if (n != 1 && a.stride(i) != expect) {
+        const bool ok = strided ? (i + 1 < rank ? a.stride(i) >= 0 : a.stride(i) == 1)
+                                : a.stride(i) == expect;
+        if (n != 1 && !ok) {
           std::string shape = "(", strides = "(";
           for (size_t j = 0; j < rank; ++j) {
             shape += (j ? ", " : "") + std::to_string(a.shape(j));
             strides += (j ? ", " : "") + std::to_string(a.stride(j));
           }
-          ThrowValue(std::string(name) + " must be contiguous: shape " + shape + ") has strides " +
-                     strides + ") (in elements)");
+          ThrowValue(std::string(name) + (strided ? " must have a unit-stride last axis" : " must be contiguous") +
+                     ": shape " + shape + ") has strides " + strides + ") (in elements)");
         }
         expect *= n;
       }
@@ -179,6 +184,14 @@ class Buf {
   XLA_FFI_Buffer raw_;
   bool present_ = false;
 };
+
+// Records x's strides in a when x is not dense (rank 3, last axis unit stride).
+inline void SetXStrides(ConvArgs* a, const Array& x) {
+  if (x.ndim() != 3) return;
+  const int64_t n1 = int64_t(x.shape(1)), n2 = int64_t(x.shape(2));
+  if (x.shape(0) > 1 && x.stride(0) != n1 * n2) a->x_batch_stride = x.stride(0);
+  if (n1 > 1 && x.stride(1) != n2) a->x_row_stride = x.stride(1);
+}
 
 inline void SameType(const char* name, const Buf& b, const Buf& x) {
   if (b.present() && b.type() != x.type())
@@ -221,17 +234,19 @@ inline void SameType(const char* name, const Buf& b, const Buf& x) {
 #define JCC_DLPACK_UPDATE_PARAMS                                                            \
   const Array &x, const Array &conv_state, const Array &weight, const Opt &bias,           \
       const Opt &cache_seqlens, const Opt &conv_state_indices, const Array &y,              \
-      int64_t activation
+      int64_t activation, bool channels_last
 #define JCC_DLPACK_UPDATE_NAMES \
-  x, conv_state, weight, bias, cache_seqlens, conv_state_indices, y, activation
+  x, conv_state, weight, bias, cache_seqlens, conv_state_indices, y, activation, channels_last
 #define JCC_DLPACK_UPDATE_ARGS                                                              \
   nb::arg("x"), nb::arg("conv_state"), nb::arg("weight"), nb::arg("bias").none(),           \
       nb::arg("cache_seqlens").none(), nb::arg("conv_state_indices").none(), nb::arg("y"),  \
-      nb::arg("activation")
+      nb::arg("activation"), nb::arg("channels_last") = false
 
-#define JCC_DLPACK_VARLEN_STATES_PARAMS const Array &x, const Array &cu_seqlens, const Array &states
-#define JCC_DLPACK_VARLEN_STATES_NAMES x, cu_seqlens, states
-#define JCC_DLPACK_VARLEN_STATES_ARGS nb::arg("x"), nb::arg("cu_seqlens"), nb::arg("states")
+#define JCC_DLPACK_VARLEN_STATES_PARAMS \
+  const Array &x, const Array &cu_seqlens, const Array &states, bool channels_last
+#define JCC_DLPACK_VARLEN_STATES_NAMES x, cu_seqlens, states, channels_last
+#define JCC_DLPACK_VARLEN_STATES_ARGS \
+  nb::arg("x"), nb::arg("cu_seqlens"), nb::arg("states"), nb::arg("channels_last") = false
 
 // --- translation ---------------------------------------------------------------
 
@@ -241,7 +256,7 @@ inline ConvArgs ProblemArgs(int32_t device_type, const Array& x, const Array& we
                             const Opt& initial_states, int64_t activation, int64_t mode,
                             bool channels_last, bool states_channels_last) {
   Placement p{device_type};
-  Buf bx("x", x, Kind::kFloat, &p), bw("weight", weight, Kind::kFloat, &p),
+  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true), bw("weight", weight, Kind::kFloat, &p),
       bb("bias", bias, Kind::kFloat, &p), bs("seq_idx", seq_idx, Kind::kInt32, &p),
       bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
       bi("initial_states", initial_states, Kind::kFloat, &p);
@@ -255,7 +270,7 @@ inline ConvArgs ProblemArgs(int32_t device_type, const Array& x, const Array& we
 
 inline ConvArgs ForwardArgs(int32_t device_type, JCC_DLPACK_FWD_PARAMS) {
   Placement p{device_type};
-  Buf bx("x", x, Kind::kFloat, &p), bw("weight", weight, Kind::kFloat, &p),
+  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true), bw("weight", weight, Kind::kFloat, &p),
       bb("bias", bias, Kind::kFloat, &p), br("residual", residual, Kind::kFloat, &p),
       bs("seq_idx", seq_idx, Kind::kInt32, &p), bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
       bi("initial_states", initial_states, Kind::kFloat, &p), by("y", y, Kind::kFloat, &p),
@@ -269,12 +284,13 @@ inline ConvArgs ForwardArgs(int32_t device_type, JCC_DLPACK_FWD_PARAMS) {
                         by.result(), bf.result(), activation, mode, channels_last,
                         states_channels_last, bb.present(), br.present(), bi.present(),
                         bf.present()));
+  SetXStrides(&a, x);
   return a;
 }
 
 inline ConvArgs BackwardArgs(int32_t device_type, JCC_DLPACK_BWD_PARAMS) {
   Placement p{device_type};
-  Buf bx("x", x, Kind::kFloat, &p), bw("weight", weight, Kind::kFloat, &p),
+  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true), bw("weight", weight, Kind::kFloat, &p),
       bb("bias", bias, Kind::kFloat, &p), bs("seq_idx", seq_idx, Kind::kInt32, &p),
       bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
       bi("initial_states", initial_states, Kind::kFloat, &p), bdy("dy", dy, Kind::kFloat, &p),
@@ -296,6 +312,7 @@ inline ConvArgs BackwardArgs(int32_t device_type, JCC_DLPACK_BWD_PARAMS) {
                          bdy.any(), bdf.any(), bdx.result(), bdw.result(), bdb.result(),
                          bdi.result(), activation, mode, channels_last, states_channels_last,
                          bb.present(), bi.present(), bdf.present()));
+  SetXStrides(&a, x);
   return a;
 }
 
@@ -311,7 +328,8 @@ inline UpdateArgs UpdateArgsOf(int32_t device_type, JCC_DLPACK_UPDATE_PARAMS) {
   SameType("y", by, bx);
   UpdateArgs u;
   Raise(MakeUpdateArgs(&u, bx.any(), bs.any(), bw.any(), bb.any(), bc.any(), bi.any(), by.result(),
-                       bs.result(), activation, bb.present(), bc.present(), bi.present()));
+                       bs.result(), activation, bb.present(), bc.present(), bi.present(),
+                       channels_last));
   return u;
 }
 
@@ -321,7 +339,7 @@ inline VarlenStatesArgs VarlenStatesArgsOf(int32_t device_type, JCC_DLPACK_VARLE
       bs("states", states, Kind::kFloat, &p);
   SameType("states", bs, bx);
   VarlenStatesArgs v;
-  Raise(MakeVarlenStatesArgs(&v, bx.any(), bc.any(), bs.result()));
+  Raise(MakeVarlenStatesArgs(&v, bx.any(), bc.any(), bs.result(), channels_last));
   return v;
 }
 

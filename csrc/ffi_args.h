@@ -83,37 +83,48 @@ namespace ffi = xla::ffi;
       dbias, dinitial_states, activation, mode, channels_last, states_channels_last,        \
       has_bias, has_initial_states, has_dfinal_states
 
-#define JCC_UPDATE_BINDING(BIND)                                              \
-  BIND.Arg<ffi::AnyBuffer>()     /* x (B,D,S) */                              \
-      .Arg<ffi::AnyBuffer>()     /* conv_state (N,D,state_len) */             \
+// The update target: v1 (channels-first only, kept for exported programs)
+// and v2 (+ channels_last: x (B,S,D), conv_state (N,state_len,D)).
+#define JCC_UPDATE_BINDING_V1(BIND)                                           \
+  BIND.Arg<ffi::AnyBuffer>()     /* x (B,D,S) | (B,S,D) */                    \
+      .Arg<ffi::AnyBuffer>()     /* conv_state (N,D,state_len) | (N,state_len,D) */ \
       .Arg<ffi::AnyBuffer>()     /* weight (G,D,W) */                         \
       .Arg<ffi::AnyBuffer>()     /* bias (G,D) */                             \
       .Arg<ffi::AnyBuffer>()     /* cache_seqlens (B) int32 */                \
       .Arg<ffi::AnyBuffer>()     /* conv_state_indices (B) int32 */           \
-      .Ret<ffi::AnyBuffer>()     /* y (B,D,S) */                              \
+      .Ret<ffi::AnyBuffer>()     /* y, like x */                              \
       .Ret<ffi::AnyBuffer>()     /* new conv_state, aliased with the input */ \
       .Attr<int64_t>("activation")                                            \
       .Attr<bool>("has_bias")                                                 \
       .Attr<bool>("has_cache_seqlens")                                        \
       .Attr<bool>("has_state_indices")
+#define JCC_UPDATE_BINDING(BIND) JCC_UPDATE_BINDING_V1(BIND).Attr<bool>("channels_last")
 
-#define JCC_UPDATE_PARAMS                                                                \
+#define JCC_UPDATE_PARAMS_V1                                                             \
   ffi::AnyBuffer x, ffi::AnyBuffer conv_state, ffi::AnyBuffer weight, ffi::AnyBuffer bias, \
       ffi::AnyBuffer cache_seqlens, ffi::AnyBuffer conv_state_indices,                     \
       ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> new_state,                \
       int64_t activation, bool has_bias, bool has_cache_seqlens, bool has_state_indices
-#define JCC_UPDATE_NAMES                                                                 \
+#define JCC_UPDATE_PARAMS JCC_UPDATE_PARAMS_V1, bool channels_last
+#define JCC_UPDATE_NAMES_V1                                                              \
   x, conv_state, weight, bias, cache_seqlens, conv_state_indices, y, new_state, activation, \
       has_bias, has_cache_seqlens, has_state_indices
+#define JCC_UPDATE_NAMES JCC_UPDATE_NAMES_V1, channels_last
 
-#define JCC_VARLEN_STATES_BINDING(BIND)                                       \
+// varlen_states: v1 (states (N,D,state_len)) and v2 (+ channels_last:
+// states (N,state_len,D)).
+#define JCC_VARLEN_STATES_BINDING_V1(BIND)                                    \
   BIND.Arg<ffi::AnyBuffer>()     /* x (T,D) */                                \
       .Arg<ffi::AnyBuffer>()     /* cu_seqlens (N+1) int32 */                 \
-      .Ret<ffi::AnyBuffer>()     /* states (N,D,state_len) */
+      .Ret<ffi::AnyBuffer>()     /* states */
+#define JCC_VARLEN_STATES_BINDING(BIND) \
+  JCC_VARLEN_STATES_BINDING_V1(BIND).Attr<bool>("channels_last")
 
-#define JCC_VARLEN_STATES_PARAMS \
+#define JCC_VARLEN_STATES_PARAMS_V1 \
   ffi::AnyBuffer x, ffi::AnyBuffer cu_seqlens, ffi::Result<ffi::AnyBuffer> states
-#define JCC_VARLEN_STATES_NAMES x, cu_seqlens, states
+#define JCC_VARLEN_STATES_PARAMS JCC_VARLEN_STATES_PARAMS_V1, bool channels_last
+#define JCC_VARLEN_STATES_NAMES_V1 x, cu_seqlens, states
+#define JCC_VARLEN_STATES_NAMES JCC_VARLEN_STATES_NAMES_V1, channels_last
 
 // --- checks ---------------------------------------------------------------
 
@@ -224,7 +235,6 @@ inline ffi::Error MakeConvProblem(ConvArgs* a, ffi::AnyBuffer x, ffi::AnyBuffer 
   JCC_RETURN_IF_ERROR(CheckWeights(a, a->batch, weight, bias, has_bias));
   a->num_states = a->batch;
   if (a->mode == SegmentMode::kSeqIdx) {
-    if (has_initial_states) return Invalid("seq_idx cannot be combined with initial_states");
     JCC_RETURN_IF_ERROR(CheckInt32("seq_idx", seq_idx));
     JCC_RETURN_IF_ERROR(CheckShape("seq_idx", seq_idx.dimensions(), {a->batch, a->len}));
     a->seq_idx = static_cast<const int32_t*>(seq_idx.untyped_data());
@@ -325,15 +335,22 @@ inline ffi::Error CheckWorkspace(const ConvArgs& a, ffi::Result<ffi::AnyBuffer> 
 
 inline ffi::Error MakeUpdateArgs(UpdateArgs* u, JCC_UPDATE_PARAMS) {
   auto xd = x.dimensions();
-  if (xd.size() != 3) return Invalid("x must have rank 3 (batch, dim, seqlen), got " + ShapeStr(xd));
+  const char* xs = channels_last ? "(batch, seqlen, dim)" : "(batch, dim, seqlen)";
+  if (xd.size() != 3) return Invalid(std::string("x must have rank 3 ") + xs + ", got " + ShapeStr(xd));
   JCC_RETURN_IF_ERROR(CheckFloat("x", x, &u->x_dtype));
-  u->batch = xd[0], u->dim = xd[1], u->seqlen = xd[2];
+  u->channels_last = channels_last;
+  u->batch = xd[0];
+  u->dim = channels_last ? xd[2] : xd[1];
+  u->seqlen = channels_last ? xd[1] : xd[2];
   auto sd = conv_state.dimensions();
-  if (sd.size() != 3 || sd[1] != u->dim)
-    return Invalid("conv_state must have shape (slots, " + std::to_string(u->dim) +
-                   ", state_len), got " + ShapeStr(sd));
+  const int64_t sdim = sd.size() == 3 ? (channels_last ? sd[2] : sd[1]) : -1;
+  if (sd.size() != 3 || sdim != u->dim)
+    return Invalid("conv_state must have shape " +
+                   std::string(channels_last ? "(num_slots, state_len, " + std::to_string(u->dim) + ")"
+                                             : "(num_slots, " + std::to_string(u->dim) + ", state_len)") +
+                   ", got " + ShapeStr(sd));
   JCC_RETURN_IF_ERROR(CheckSameDType("conv_state", conv_state, x.element_type()));
-  u->num_slots = sd[0], u->state_len = sd[2];
+  u->num_slots = sd[0], u->state_len = channels_last ? sd[1] : sd[2];
   ConvArgs w;  // reuse the weight/bias checks
   w.dim = u->dim;
   JCC_RETURN_IF_ERROR(CheckWeights(&w, u->batch, weight, bias, has_bias));
@@ -375,12 +392,15 @@ inline ffi::Error MakeVarlenStatesArgs(VarlenStatesArgs* v, JCC_VARLEN_STATES_PA
   auto cd = cu_seqlens.dimensions();
   if (cd.size() != 1 || cd[0] < 1) return Invalid("cu_seqlens must have shape (N+1,), got " + ShapeStr(cd));
   v->total = xd[0], v->dim = xd[1], v->num_seqs = cd[0] - 1;
+  v->channels_last = channels_last;
   auto sd = states->dimensions();
-  if (sd.size() != 3 || sd[0] != v->num_seqs || sd[1] != v->dim)
-    return Invalid("states has shape " + ShapeStr(sd) + ", expected (" +
-                   std::to_string(v->num_seqs) + ", " + std::to_string(v->dim) + ", state_len)");
+  const int64_t sdim = sd.size() == 3 ? (channels_last ? sd[2] : sd[1]) : -1;
+  if (sd.size() != 3 || sd[0] != v->num_seqs || sdim != v->dim)
+    return Invalid("states has shape " + ShapeStr(sd) + ", expected (" + std::to_string(v->num_seqs) +
+                   (channels_last ? ", state_len, " + std::to_string(v->dim)
+                                  : ", " + std::to_string(v->dim) + ", state_len") + ")");
   JCC_RETURN_IF_ERROR(CheckSameDType("states", *states, x.element_type()));
-  v->state_len = sd[2];
+  v->state_len = channels_last ? sd[1] : sd[2];
   v->x = x.untyped_data();
   v->cu_seqlens = static_cast<const int32_t*>(cu_seqlens.untyped_data());
   v->states = states->untyped_data();

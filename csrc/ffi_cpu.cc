@@ -53,6 +53,11 @@ ffi::Error CpuVarlenStates(JCC_VARLEN_STATES_PARAMS) {
   return ffi::Error::Success();
 }
 
+ffi::Error CpuUpdateV1(JCC_UPDATE_PARAMS_V1) { return CpuUpdate(JCC_UPDATE_NAMES_V1, false); }
+ffi::Error CpuVarlenStatesV1(JCC_VARLEN_STATES_PARAMS_V1) {
+  return CpuVarlenStates(JCC_VARLEN_STATES_NAMES_V1, false);
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuForwardHandler, CpuForward, JCC_FORWARD_BINDING(ffi::Ffi::Bind()));
@@ -61,5 +66,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuBackwardHandler, CpuBackward,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuUpdateHandler, CpuUpdate, JCC_UPDATE_BINDING(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuVarlenStatesHandler, CpuVarlenStates,
                               JCC_VARLEN_STATES_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuUpdateV1Handler, CpuUpdateV1, JCC_UPDATE_BINDING_V1(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuVarlenStatesV1Handler, CpuVarlenStatesV1,
+                              JCC_VARLEN_STATES_BINDING_V1(ffi::Ffi::Bind()));
 
 }  // namespace jcc

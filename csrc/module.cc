@@ -12,13 +12,16 @@ void RegisterDlpackCpu(nb::module_& m);  // dlpack_entry.cc
 
 NB_MODULE(_jcc_cpu, m) {
   m.def("registrations", []() {
-    return jcc::Registrations(jcc::CpuForwardHandler, jcc::CpuBackwardHandler,
-                              jcc::CpuUpdateHandler, jcc::CpuVarlenStatesHandler);
+    return jcc::Registrations(jcc::Handlers<XLA_FFI_Handler>{
+        jcc::CpuForwardHandler, jcc::CpuBackwardHandler, jcc::CpuUpdateHandler,
+        jcc::CpuVarlenStatesHandler, jcc::CpuUpdateV1Handler, jcc::CpuVarlenStatesV1Handler});
   });
   m.def("backward_workspace_bytes", &jcc::BackwardWorkspaceBytes, nb::arg("batch"),
         nb::arg("dim"), nb::arg("len"), nb::arg("width"),
         "Bytes of the backward's workspace result (see csrc/problem.h).");
   m.def("target_names", &jcc::TargetNames, "{role: versioned FFI target name}.");
   m.attr("max_width") = jcc::kMaxWidth;
+  // The DLPack entry points take x as a strided view (problem.h: ConvArgs).
+  m.attr("strided_x") = true;
   RegisterDlpackCpu(m);
 }

@@ -34,7 +34,13 @@ struct Layout3 {
 
 // How the time axis of each batch row splits into independent sequences.
 //  kRow:    one sequence per row; history = initial_states[b] (or zeros).
-//  kSeqIdx: seq_idx[b, t] labels sequences; no history (zeros).
+//  kSeqIdx: seq_idx[b, t] labels the sequences (docs/semantics.md): a tap
+//           counts only when its input has the output's id (an equality
+//           mask: ids need not be ordered); negative ids are padding (output
+//           0, no contribution). The W-1 history positions before t = 0 carry
+//           the id seq_idx[b, 0] when initial_states is given (the row's first
+//           sequence owns the initial state); final states are those of the
+//           row's last non-padding sequence.
 //  kVarlen: cu_seqlens is (batch, N+1); in row b, cu_seqlens[b, n] ..
 //           cu_seqlens[b, n+1] is sequence n, whose history is
 //           initial_states[b*N + n] (or zeros) and whose final states go to
@@ -70,6 +76,11 @@ struct ConvArgs {
 
   DType x_dtype = DType::kF32, w_dtype = DType::kF32, b_dtype = DType::kF32;
   const void* x = nullptr;
+  // x may be a strided view (DLPack callers): its innermost axis is unit
+  // stride (time for channels-first, channels for channels-last); these are
+  // the batch stride and the stride of the other axis, in elements. 0: dense,
+  // like y. Every other tensor is dense in its layout.
+  int64_t x_batch_stride = 0, x_row_stride = 0;
   const void* weight = nullptr;
   const void* bias = nullptr;        // optional, (groups, dim)
   const void* residual = nullptr;    // optional, like x (forward only)
@@ -90,7 +101,15 @@ struct ConvArgs {
   void* dinitial_states = nullptr;  // x dtype, when initial states are present
 
   JCC_HD int64_t state_len() const { return width - 1; }
-  JCC_HD Layout3 x_layout() const { return Layout3::Make(dim, len, channels_last); }
+  // y, residual, dy and dx (dense).
+  JCC_HD Layout3 io_layout() const { return Layout3::Make(dim, len, channels_last); }
+  // x: dense, or the strided view described above.
+  JCC_HD Layout3 x_layout() const {
+    Layout3 l = io_layout();
+    if (x_batch_stride) l.s_batch = x_batch_stride;
+    if (x_row_stride) (channels_last ? l.s_time : l.s_chan) = x_row_stride;
+    return l;
+  }
   JCC_HD Layout3 state_layout() const {
     return Layout3::Make(dim, width - 1, states_channels_last);
   }
@@ -98,28 +117,46 @@ struct ConvArgs {
 };
 
 // Decode step: S new tokens per row against a rolling (or circular) state.
+// Channels-first: x and y (batch, dim, seqlen), conv_state (num_slots, dim,
+// state_len). Channels-last: x and y (batch, seqlen, dim), conv_state
+// (num_slots, state_len, dim), the layout JAX models keep caches in.
 struct UpdateArgs {
   int64_t batch = 0, dim = 0, seqlen = 0, width = 0;
   int64_t groups = 1;        // weight (groups, dim, width); batch % groups == 0
-  int64_t num_slots = 0, state_len = 0;  // conv_state (num_slots, dim, state_len)
+  int64_t num_slots = 0, state_len = 0;
+  bool channels_last = false;
   Activation act = Activation::kNone;
   DType x_dtype = DType::kF32, w_dtype = DType::kF32, b_dtype = DType::kF32;
-  const void* x = nullptr;            // (batch, dim, seqlen)
+  const void* x = nullptr;
   void* conv_state = nullptr;         // updated in place
   const void* weight = nullptr;
   const void* bias = nullptr;
   const int32_t* cache_seqlens = nullptr;      // optional (batch,): circular buffer
   const int32_t* conv_state_indices = nullptr; // optional (batch,): slot per row, -1 = pad
-  void* y = nullptr;                  // (batch, dim, seqlen)
+  void* y = nullptr;
+  // Element offsets: token s of channel d in row b of x/y, and entry j of
+  // channel d in state slot n.
+  JCC_HD int64_t XAt(int64_t b, int64_t d, int64_t s) const {
+    return channels_last ? (b * seqlen + s) * dim + d : (b * dim + d) * seqlen + s;
+  }
+  JCC_HD int64_t StateAt(int64_t n, int64_t d, int64_t j) const {
+    return channels_last ? (n * state_len + j) * dim + d : (n * dim + d) * state_len + j;
+  }
 };
 
-// Last state_len inputs of each packed sequence, zero-padded on the left.
+// Last state_len inputs of each packed sequence, zero-padded on the left:
+// states (num_seqs, dim, state_len), or (num_seqs, state_len, dim) with
+// channels_last.
 struct VarlenStatesArgs {
   int64_t total = 0, dim = 0, num_seqs = 0, state_len = 0;
+  bool channels_last = false;
   DType x_dtype = DType::kF32;
   const void* x = nullptr;            // (total, dim)
   const int32_t* cu_seqlens = nullptr;  // (num_seqs + 1)
-  void* states = nullptr;             // (num_seqs, dim, state_len)
+  void* states = nullptr;
+  JCC_HD int64_t StateAt(int64_t n, int64_t d, int64_t j) const {
+    return channels_last ? (n * state_len + j) * dim + d : (n * dim + d) * state_len + j;
+  }
 };
 
 }  // namespace jcc

@@ -21,8 +21,11 @@ struct TargetName {
 
 inline constexpr TargetName kForwardTarget{"forward", "jax_causal_conv_fwd_v1"};
 inline constexpr TargetName kBackwardTarget{"backward", "jax_causal_conv_bwd_v2"};  // v2: + workspace
-inline constexpr TargetName kUpdateTarget{"update", "jax_causal_conv_update_v1"};
-inline constexpr TargetName kVarlenStatesTarget{"varlen_states", "jax_causal_conv_varlen_states_v1"};
+inline constexpr TargetName kUpdateTarget{"update", "jax_causal_conv_update_v2"};  // v2: + channels_last
+inline constexpr TargetName kVarlenStatesTarget{"varlen_states", "jax_causal_conv_varlen_states_v2"};
+// Earlier versions, still registered so that exported programs calling them run.
+inline constexpr const char* kUpdateV1 = "jax_causal_conv_update_v1";
+inline constexpr const char* kVarlenStatesV1 = "jax_causal_conv_varlen_states_v1";
 
 template <typename T>
 nanobind::capsule HandlerCapsule(T* fn) {
@@ -39,14 +42,22 @@ inline nanobind::dict TargetNames() {
   return r;
 }
 
+// One platform's handlers, current and earlier versions.
+template <typename H>
+struct Handlers {
+  H *forward, *backward, *update, *varlen_states, *update_v1, *varlen_states_v1;
+};
+
 // {target name: handler capsule}
-template <typename Fwd, typename Bwd, typename Upd, typename Vst>
-nanobind::dict Registrations(Fwd* fwd, Bwd* bwd, Upd* update, Vst* varlen_states) {
+template <typename H>
+nanobind::dict Registrations(const Handlers<H>& h) {
   nanobind::dict r;
-  r[kForwardTarget.name] = HandlerCapsule(fwd);
-  r[kBackwardTarget.name] = HandlerCapsule(bwd);
-  r[kUpdateTarget.name] = HandlerCapsule(update);
-  r[kVarlenStatesTarget.name] = HandlerCapsule(varlen_states);
+  r[kForwardTarget.name] = HandlerCapsule(h.forward);
+  r[kBackwardTarget.name] = HandlerCapsule(h.backward);
+  r[kUpdateTarget.name] = HandlerCapsule(h.update);
+  r[kVarlenStatesTarget.name] = HandlerCapsule(h.varlen_states);
+  r[kUpdateV1] = HandlerCapsule(h.update_v1);
+  r[kVarlenStatesV1] = HandlerCapsule(h.varlen_states_v1);
   return r;
 }
 

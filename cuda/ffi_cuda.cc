@@ -73,6 +73,13 @@ ffi::Error CudaVarlenStates(cudaStream_t stream, JCC_VARLEN_STATES_PARAMS) {
   return CudaStatus(cuda::VarlenStates(v, stream), "varlen_states kernel launch");
 }
 
+ffi::Error CudaUpdateV1(cudaStream_t stream, JCC_UPDATE_PARAMS_V1) {
+  return CudaUpdate(stream, JCC_UPDATE_NAMES_V1, false);
+}
+ffi::Error CudaVarlenStatesV1(cudaStream_t stream, JCC_VARLEN_STATES_PARAMS_V1) {
+  return CudaVarlenStates(stream, JCC_VARLEN_STATES_NAMES_V1, false);
+}
+
 }  // namespace
 
 // Every handler only launches kernels (and, for the update, a device copy)
@@ -89,6 +96,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaUpdateHandler, CudaUpdate,
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaVarlenStatesHandler, CudaVarlenStates,
                               JCC_VARLEN_STATES_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaUpdateV1Handler, CudaUpdateV1,
+                              JCC_UPDATE_BINDING_V1(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaVarlenStatesV1Handler, CudaVarlenStatesV1,
+                              JCC_VARLEN_STATES_BINDING_V1(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace jcc

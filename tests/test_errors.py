@@ -60,11 +60,6 @@ CASES = [  # (id, call, exception, words the message must contain)
     ("residual-int", conv(residual=jnp.ones((2, 4, 10), jnp.int32)), TypeError, ["residual"]),
     ("seq_idx-shape", conv(seq_idx=jnp.zeros((2, 9), jnp.int32)), ValueError, ["seq_idx", "(2, 10)"]),
     ("seq_idx-float", conv(seq_idx=jnp.zeros((2, 10))), TypeError, ["seq_idx", "float"]),
-    ("seq_idx-decreasing", conv(seq_idx=jnp.asarray([[0] * 5 + [1] * 4 + [0]] * 2, jnp.int32)),
-     ValueError, ["seq_idx", "non-decreasing"]),
-    ("seq_idx-with-states", conv(seq_idx=jnp.zeros((2, 10), jnp.int32),
-                                 initial_states=jnp.ones((2, 4, 3))), ValueError,
-     ["seq_idx", "initial_states"]),
     ("states-shape", conv(initial_states=jnp.ones((2, 4, 2))), ValueError,
      ["initial_states", "(2, 4, 3)", "(2, 4, 2)"]),
     ("states-batch", conv(initial_states=jnp.ones((3, 4, 3))), ValueError, ["initial_states", "(3, 4, 3)"]),
@@ -174,15 +169,17 @@ FFI_CHILD = textwrap.dedent("""
       "update-state-len": lambda: jax.ffi.ffi_call(_ffi.UPDATE, (jax.ShapeDtypeStruct((2, 4, 1), f32),
             jax.ShapeDtypeStruct((2, 4, 2), f32)))(jnp.ones((2, 4, 1)), jnp.ones((2, 4, 2)), w, ph,
             phi, phi, activation=np.int64(0), has_bias=np.bool_(False),
-            has_cache_seqlens=np.bool_(False), has_state_indices=np.bool_(False)),
+            has_cache_seqlens=np.bool_(False), has_state_indices=np.bool_(False),
+            channels_last=np.bool_(False)),
       "update-index": lambda: jax.ffi.ffi_call(_ffi.UPDATE, (jax.ShapeDtypeStruct((2, 4, 1), f32),
             jax.ShapeDtypeStruct((2, 4, 3), f32)))(jnp.ones((2, 4, 1)), jnp.ones((2, 4, 3)), w, ph,
             phi, jnp.asarray([0, 9], i32), activation=np.int64(0), has_bias=np.bool_(False),
-            has_cache_seqlens=np.bool_(False), has_state_indices=np.bool_(True)),
+            has_cache_seqlens=np.bool_(False), has_state_indices=np.bool_(True),
+            channels_last=np.bool_(False)),
       "vstates-cu": lambda: jax.ffi.ffi_call(_ffi.VARLEN_STATES, jax.ShapeDtypeStruct((2, 4, 3), f32))(
-            jnp.ones((10, 4)), jnp.asarray([0, 11, 3], i32)),
+            jnp.ones((10, 4)), jnp.asarray([0, 11, 3], i32), channels_last=np.bool_(False)),
       "vstates-out": lambda: jax.ffi.ffi_call(_ffi.VARLEN_STATES, jax.ShapeDtypeStruct((3, 4, 3), f32))(
-            jnp.ones((10, 4)), jnp.asarray([0, 5, 10], i32)),
+            jnp.ones((10, 4)), jnp.asarray([0, 5, 10], i32), channels_last=np.bool_(False)),
     }
     for name, call in bad.items():
         try:

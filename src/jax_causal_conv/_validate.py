@@ -103,12 +103,6 @@ def check_conv(x, weight, bias, residual, seq_idx, initial_states, channels_last
     if seq_idx is not None:
         check_int("seq_idx", seq_idx)
         check_shape("seq_idx", seq_idx, (B, L), "(batch, seqlen)")
-        if initial_states is not None:
-            raise ValueError("seq_idx cannot be combined with initial_states: "
-                             "use causal_conv1d_varlen for packed sequences with states")
-        v = concrete(seq_idx)
-        if v is not None and v.size and np.any(np.diff(v.astype(np.int64), axis=1) < 0):
-            raise ValueError("seq_idx must be non-decreasing along the sequence")
     if initial_states is not None:
         check_float("initial_states", initial_states)
         want = (B, W - 1, D) if channels_last else (B, D, W - 1)

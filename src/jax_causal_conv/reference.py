@@ -1,5 +1,5 @@
-"""The same functions in plain jax.numpy: the semantics of SPEC.md, written as
-shifted sums. Used by the tests, and as the pure-XLA backend (``backend="xla"``)
+"""The same functions in plain jax.numpy: the semantics of docs/semantics.md,
+written as shifted sums. Used by the tests, and as the pure-XLA backend (``backend="xla"``)
 where no kernel exists; gradients come from JAX's autodiff."""
 
 from __future__ import annotations
@@ -39,6 +39,35 @@ def _conv_taps(xp, weight, bias, L, mask=None):
     return acc
 
 
+def _seq_masks(seq_idx, L, W, has_init):
+    """Per tap k, (B, L): whether the input tap k of output t reads (at
+    t' = t - (W-1) + k) has t's id; the W-1 history positions t' < 0 carry
+    seq_idx[:, 0] with initial states and count as zeros without."""
+    H = W - 1
+    hist_id = jnp.broadcast_to(seq_idx[:, :1], (seq_idx.shape[0], H))
+    ids = jnp.concatenate([hist_id, seq_idx], axis=1)      # id of every xp position
+    valid = jnp.arange(L + H) >= (0 if has_init else H)   # positions that may count
+    return [((ids[:, k : k + L] == seq_idx) & valid[k : k + L])[:, None, :] for k in range(W)]
+
+
+def _seq_final_states(xp, seq_idx, H, has_init):
+    """The last H inputs of each row's last non-padding sequence, ending at its
+    last valid token: xp (B, D, H + L) -> (B, D, H)."""
+    B, _, n = xp.shape
+    L = n - H
+    t = jnp.arange(L)
+    e = jnp.max(jnp.where(seq_idx >= 0, t + 1, 0), axis=1)          # (B,) end of the last valid token
+    s = jnp.take_along_axis(seq_idx, jnp.maximum(e - 1, 0)[:, None], axis=1)  # (B, 1) its id
+    pos = e[:, None] - H + jnp.arange(H)[None, :]                       # (B, H) positions, may be < 0
+    ids = jnp.where(pos >= 0, jnp.take_along_axis(seq_idx, jnp.clip(pos, 0, max(L - 1, 0)), axis=1),
+                    seq_idx[:, :1] if L > 0 else -1)
+    keep = (ids == s) & ((pos >= 0) | has_init)
+    vals = jnp.take_along_axis(xp, (pos + H)[:, None, :], axis=2)         # xp index of pos
+    fin = jnp.where(keep[:, None, :], vals, 0)
+    # a row with no valid token keeps its initial states (or zeros)
+    return jnp.where((e > 0)[:, None, None], fin, xp[..., :H])
+
+
 def causal_conv1d(x, weight, bias=None, *, activation=None, residual=None, seq_idx=None,
                   initial_states=None, return_final_states=False, channels_last=False,
                   backend="xla"):
@@ -51,21 +80,23 @@ def causal_conv1d(x, weight, bias=None, *, activation=None, residual=None, seq_i
         initial_states = None if initial_states is None else jnp.swapaxes(initial_states, 1, 2)
     B, D, L = x.shape
     W = weight.shape[-1]
+    H = W - 1
     acc_t = _acc_dtype(x.dtype)
-    hist = (jnp.zeros((B, D, W - 1), acc_t) if initial_states is None
-            else initial_states.astype(acc_t))
+    has_init = initial_states is not None
+    hist = (initial_states.astype(acc_t) if has_init else jnp.zeros((B, D, H), acc_t))
     xp = jnp.concatenate([hist, x.astype(acc_t)], axis=-1)
-    mask = None
-    if seq_idx is not None:
-        # tap k of output t reads input t' = t - (W-1) + k: same sequence only
-        sp = jnp.pad(seq_idx, ((0, 0), (W - 1, 0)))
-        valid = jnp.arange(L + W - 1) >= W - 1
-        mask = [((sp[:, k : k + L] == seq_idx) & valid[k : k + L])[:, None, :] for k in range(W)]
+    mask = None if seq_idx is None else _seq_masks(seq_idx, L, W, has_init)
     y = _act(_conv_taps(xp, weight, bias, L, mask), activation)
+    if seq_idx is not None:  # padding: exactly 0 before the residual
+        y = jnp.where((seq_idx >= 0)[:, None, :], y, 0)
     if residual is not None:
         y = y + residual.astype(acc_t)
     y = y.astype(x.dtype)
-    final = xp[..., L:].astype(x.dtype)
+    if seq_idx is None:
+        final = xp[..., L:]
+    else:
+        final = _seq_final_states(xp, seq_idx, H, has_init)
+    final = final.astype(x.dtype)
     if channels_last:
         y, final = jnp.swapaxes(y, 1, 2), jnp.swapaxes(final, 1, 2)
     return (y, final) if return_final_states else y

@@ -28,6 +28,7 @@ class ConvConfig:
 class UpdateConfig:
     activation: str | None
     backend: str
+    channels_last: bool = False  # x (B, S, D), state (N, state_len, D)
 
 
 def state_shape(cfg, x, w, cu):

@@ -81,13 +81,15 @@ def update(cfg, x, state, w, b, cache, idx):
     y, s = call(x, state, w, ph if b is None else b, ph_i if cache is None else cache,
                 ph_i if idx is None else idx, activation=np.int64(cfg.activation == "silu"),
                 has_bias=np.bool_(b is not None), has_cache_seqlens=np.bool_(cache is not None),
-                has_state_indices=np.bool_(idx is not None))
+                has_state_indices=np.bool_(idx is not None),
+                channels_last=np.bool_(cfg.channels_last))
     if unfused:
         y = lax.optimization_barrier(y)
     return y, s
 
 
-def varlen_states(state_len, x, cu):
-    out = jax.ShapeDtypeStruct((cu.shape[0] - 1, x.shape[1], state_len), x.dtype)
-    return jax.ffi.ffi_call(targets.VARLEN_STATES, out)(x, cu)
+def varlen_states(state_len, x, cu, channels_last=False):
+    N, D = cu.shape[0] - 1, x.shape[1]
+    out = jax.ShapeDtypeStruct((N, state_len, D) if channels_last else (N, D, state_len), x.dtype)
+    return jax.ffi.ffi_call(targets.VARLEN_STATES, out)(x, cu, channels_last=np.bool_(channels_last))
 

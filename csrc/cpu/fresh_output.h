@@ -1,28 +1,12 @@
-// CPU kernels for the causal depthwise conv1d.
-//
-// Forward (see the section in cpu_kernels_impl.inc): channels-first rows are
-// streamed along time, everything else goes through tiles with channels
-// innermost; either way the inner loops run over contiguous memory and
-// vectorise. Backward: work is split over (weight group, block of kBlock
-// channels); each block walks its sequence in time chunks through small
-// buffers that keep the W-1 most recent inputs between chunks, and reduces
-// the weight gradients in a fixed order. Decode update: one row's channels
-// at a time, vectorised over channels for the common single-token step.
-#include "cpu_kernels.h"
+// Fresh output buffers for the CPU forward (generic code, no instruction-set
+// variant: system calls only).
+#pragma once
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <memory>
-#include <type_traits>
-#include <vector>
+#include <cstdint>
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
-
-#include "parallel.h"
-#include "segments.h"
 
 namespace jcc::cpu {
 
@@ -81,41 +65,5 @@ inline void PrefaultForWrite(void* p, int64_t bytes) {
   (void)p, (void)bytes;
 #endif
 }
-
-namespace generic {
-#include "cpu_kernels_impl.inc"
-}  // namespace generic
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define JCC_HAVE_AVX2_VARIANT 1
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace avx2 {
-#include "cpu_kernels_impl.inc"
-}  // namespace avx2
-#pragma GCC pop_options
-#endif
-
-namespace {
-bool UseAvx2() {
-#ifdef JCC_HAVE_AVX2_VARIANT
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return yes;
-#else
-  return false;
-#endif
-}
-}  // namespace
-
-#ifdef JCC_HAVE_AVX2_VARIANT
-#define JCC_CPU_DISPATCH(fn, a) (UseAvx2() ? avx2::fn(a) : generic::fn(a))
-#else
-#define JCC_CPU_DISPATCH(fn, a) generic::fn(a)
-#endif
-
-void Forward(const ConvArgs& a) { JCC_CPU_DISPATCH(Forward, a); }
-void Backward(const ConvArgs& a) { JCC_CPU_DISPATCH(Backward, a); }
-void Update(const UpdateArgs& a) { JCC_CPU_DISPATCH(Update, a); }
-void VarlenStates(const VarlenStatesArgs& a) { JCC_CPU_DISPATCH(VarlenStates, a); }
 
 }  // namespace jcc::cpu
