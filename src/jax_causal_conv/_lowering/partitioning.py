@@ -80,7 +80,10 @@ def _dims(kind, static, args):
     elif kind == "update":
         x, state, w = args[:3]
         lead, kw = _lead(x.ndim - 3), w.ndim - 3
-        xd, sd = lead + ("b", "d", "s"), lead + ("n", "d", "k")
+        if getattr(static, "channels_last", False):  # x (B, S, D), state (N, SL, D)
+            xd, sd = lead + ("b", "s", "d"), lead + ("n", "k", "d")
+        else:
+            xd, sd = lead + ("b", "d", "s"), lead + ("n", "d", "k")
         ins = (xd, sd, lead[:kw] + ("g", "d", "w"), lead[:kw] + ("g", "d"), lead + ("b",),
                lead + ("b",))
         outs = (xd, sd)
