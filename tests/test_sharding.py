@@ -230,6 +230,26 @@ def test_seq_idx_padding_and_states_across_blocks(split, explicit):
     check_collectives(fwd, bwd, m, *axes, B=B, D=D, L=L, W=W, sidx=s, cl=cl, explicit=explicit)
 
 
+@pytest.fixture
+def xla_twins_only(monkeypatch):
+    """As on a platform without our kernels (TPU, ROCm): every call runs the
+    pure-XLA twin, inside the same per-device programs."""
+    from jax_causal_conv._lowering import targets
+    jax.clear_caches()
+    monkeypatch.setattr(targets, "PLATFORMS", ())
+    yield
+    jax.clear_caches()
+
+
+def test_the_xla_twin_partitions_the_same_way(xla_twins_only):
+    m = mesh((2, 4), ("b", "s"))
+    fwd, bwd, args, _ = run_case(m, "b", None, "s", D=6, L=32, sidx=padded_ids(4, 32))
+    check_collectives(fwd, bwd, m, "b", None, "s", D=6, L=32, sidx=True)
+    x = put(args[0], m, P("b", None, "s"))
+    _, hlo = compiled(lambda x: jcc.causal_conv1d(x, args[1], seq_idx=args[5]), x)
+    assert "custom_call_target=\"jax_causal_conv" not in hlo and "collective-permute" in hlo
+
+
 def test_oracle_agrees_with_reference_without_padding():
     """The oracle's seq_idx semantics on sorted ids without padding or states
     are the package's (so the test above can fail only on new semantics)."""
