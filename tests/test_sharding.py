@@ -270,6 +270,18 @@ def test_uneven_split_warns_and_gathers():
     close(y, jcc.causal_conv1d(x[..., :30], w), 2e-5)
 
 
+def test_mixed_explicit_and_auto_mesh_warns():
+    from jax.sharding import AxisType, Mesh
+    from sharding_helpers import devices
+    mesh((2, 4), ("b", "s"))  # (skips without 8 devices)
+    m = Mesh(np.array(devices()[:8]).reshape(2, 4), ("b", "s"),
+             axis_types=(AxisType.Explicit, AxisType.Auto))
+    x, w = rand((4, 8, 32)), rand((8, 4))
+    with pytest.warns(ShardingFallbackWarning, match="mixes Explicit and other axes"):
+        y = jax.jit(lambda x: jcc.causal_conv1d(x, w))(put(x, m, P("b", None, "s")))
+    close(y, jcc.causal_conv1d(x, w), 2e-5)
+
+
 def test_vmap_keeps_the_inner_batch_split():
     """vmap over a leading axis of a batch-split x: still one kernel call per
     device, no gather (the mapped axis is folded into the batch per block)."""

@@ -270,6 +270,13 @@ def _shard_map(f, mesh, in_specs, out_specs):
 
 
 def _explicit(kind, static, ins, outs, mesh, args):
+    explicit = jax.sharding.AxisType.Explicit
+    hidden = [a for a, t in zip(mesh.axis_names, mesh.axis_types)
+              if t != explicit and mesh.shape[a] > 1]
+    if hidden:
+        _warn(f"{kind}: the mesh mixes Explicit and other axes; the call follows the "
+              f"shardings in the types (Explicit axes), and a split over {hidden} is "
+              "gathered. Make those axes Explicit too, or all of them Auto.")
     specs = [None if a is None else tuple(jax.typeof(a).sharding.spec) for a in args]
     shapes = [None if a is None else a.shape for a in args]
     split, extra = _plan(kind, static, ins, shapes, specs, mesh.shape)
