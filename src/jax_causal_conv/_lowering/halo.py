@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import xla_twins
+from . import kernels, xla_twins
 from .config import ROWS, VARLEN
 
 
@@ -83,19 +83,18 @@ def _head(cfg, x, w, b, res, halo, t):
 @functools.lru_cache(maxsize=None)
 def _seq_idx_conv(cfg):
     """The block's kernel call with seq_idx and zero history, differentiable."""
-    from .shard_bodies import kernel_backward, kernel_forward
     cfg = dataclasses.replace(cfg, want_final=False)
 
     @jax.custom_vjp
     def conv(x, w, b, res, sidx):
-        return kernel_forward(cfg, x, w, b, res, sidx, None, None)[0]
+        return kernels.forward(cfg, x, w, b, res, sidx, None, None)[0]
 
     def fwd(x, w, b, res, sidx):
         return conv(x, w, b, res, sidx), (x, w, b, res is not None, sidx)
 
     def bwd(saved, dy):
         x, w, b, has_res, sidx = saved
-        dx, dw, db, _ = kernel_backward(cfg, x, w, b, sidx, None, None, dy, None)
+        dx, dw, db, _ = kernels.backward(cfg, x, w, b, sidx, None, None, dy, None)
         return dx, dw, db, (dy if has_res else None), None
 
     conv.defvjp(fwd, bwd)
@@ -154,7 +153,6 @@ def _hand_out(fin, owner, axes):
 # --- forward and backward ---------------------------------------------------------------
 
 def forward(cfg, axes, n, x, w, b, res, sidx, cu, init):
-    from .shard_bodies import kernel_forward
     if cfg.mode == VARLEN:
         return varlen_forward(cfg, axes, n, x, w, b, cu, init)
     t = 1 if cfg.channels_last else 2
@@ -163,18 +161,17 @@ def forward(cfg, axes, n, x, w, b, res, sidx, cu, init):
     if sidx is not None:
         y, fin = _seq_idx_block(cfg, t, x, w, b, res, sidx, halo, exchange_ids(sidx, H, axes, n))
     elif Ll >= H:
-        y, fin = kernel_forward(cfg, x, w, b, res, None, None, None)
+        y, fin = kernels.forward(cfg, x, w, b, res, None, None, None)
         head = _head(cfg, x, w, b, res, halo, t)
         y = lax.dynamic_update_slice_in_dim(y, head.astype(y.dtype), 0, t)
     else:  # blocks shorter than the halo: the kernel reads it as its history
-        y, fin = kernel_forward(cfg, x, w, b, res, None, None, halo)
+        y, fin = kernels.forward(cfg, x, w, b, res, None, None, halo)
     if fin is not None:
         fin = _hand_out(fin, _owner(sidx, axes, n), axes)
     return y, fin
 
 
 def backward(cfg, axes, n, x, w, b, sidx, cu, init, dy, dfin):
-    from .shard_bodies import kernel_backward
     if cfg.mode == VARLEN:
         return varlen_backward(cfg, axes, n, x, w, b, cu, init, dy, dfin)
     t = 1 if cfg.channels_last else 2
@@ -197,9 +194,9 @@ def backward(cfg, axes, n, x, w, b, sidx, cu, init, dy, dfin):
         # d(halo) first (small), so that its exchange runs beside the big call
         _, head_vjp = jax.vjp(lambda h: _head(cfg, x, w, b, None, h, t), halo)
         (dhalo,) = head_vjp(_take(dy, 0, H, t))
-        dx, dw, db, _ = kernel_backward(cfg, x, w, b, None, None, halo, dy, dfin)
+        dx, dw, db, _ = kernels.backward(cfg, x, w, b, None, None, halo, dy, dfin)
     else:
-        dx, dw, db, dhalo = kernel_backward(cfg, x, w, b, None, None, halo, dy, dfin)
+        dx, dw, db, dhalo = kernels.backward(cfg, x, w, b, None, None, halo, dy, dfin)
 
     if Ll >= H:
         # d(halo) is the previous block's d(last H inputs): added in place
@@ -220,18 +217,17 @@ def backward(cfg, axes, n, x, w, b, sidx, cu, init, dy, dfin):
 @functools.lru_cache(maxsize=None)
 def _varlen_conv(cfg):
     """The block's varlen kernel call, differentiable (states included)."""
-    from .shard_bodies import kernel_backward, kernel_forward
 
     @jax.custom_vjp
     def conv(x, w, b, cu, init):
-        return kernel_forward(cfg, x, w, b, None, None, cu, init)
+        return kernels.forward(cfg, x, w, b, None, None, cu, init)
 
     def fwd(x, w, b, cu, init):
         return conv(x, w, b, cu, init), (x, w, b, cu, init)
 
     def bwd(saved, cts):
         x, w, b, cu, init = saved
-        dx, dw, db, dinit = kernel_backward(cfg, x, w, b, None, cu, init, *cts)
+        dx, dw, db, dinit = kernels.backward(cfg, x, w, b, None, cu, init, *cts)
         return dx, dw, db, None, dinit
 
     conv.defvjp(fwd, bwd)

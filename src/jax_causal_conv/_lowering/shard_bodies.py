@@ -9,15 +9,13 @@ sequence the halo exchange of halo.py."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import ffi_calls, halo, xla_twins
-from .dispatch import dispatch
+from . import halo, kernels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,20 +53,6 @@ def _lead(a, base_ndim):
     return 0 if a is None else a.ndim - base_ndim
 
 
-# --- kernel calls on folded blocks --------------------------------------------------
-
-def kernel_forward(cfg, x, w, b, res, seq_idx, cu, init):
-    return dispatch(cfg.backend, functools.partial(ffi_calls.forward, cfg),
-                    functools.partial(xla_twins.forward, cfg), x.dtype,
-                    x, w, b, res, seq_idx, cu, init)
-
-
-def kernel_backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
-    return dispatch(cfg.backend, functools.partial(ffi_calls.backward, cfg),
-                    functools.partial(xla_twins.backward, cfg), x.dtype,
-                    x, w, b, seq_idx, cu, init, dy, dfin)
-
-
 def _psum(a, axes):
     return a if a is None or not axes else lax.psum(a, axes)
 
@@ -84,7 +68,7 @@ def forward(cfg, split, x, w, b, res, seq_idx, cu, init):
         y, fin = halo.forward(cfg, split.of("l"), split.count("l"), x, w, b, res, seq_idx, cu,
                               init)
     else:
-        y, fin = kernel_forward(cfg, x, w, b, res, seq_idx, cu, init)
+        y, fin = kernels.forward(cfg, x, w, b, res, seq_idx, cu, init)
         if fin is not None and split.count("l") > 1:  # W = 1: empty states
             fin = jnp.zeros_like(fin)
     return unfold(y, lead), unfold(fin, lead)
@@ -99,7 +83,7 @@ def backward(cfg, split, x, w, b, seq_idx, cu, init, dy, dfin):
         dx, dw, db, dinit = halo.backward(cfg, split.of("l"), split.count("l"), x, w, b,
                                           seq_idx, cu, init, dy, dfin)
     else:
-        dx, dw, db, dinit = kernel_backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin)
+        dx, dw, db, dinit = kernels.backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin)
     # the weights are shared by every row and step: one sum over the axes
     # that split the rows or the sequence (per mapped item: w has their axes)
     rows = split.of("b") + split.of("l")
@@ -130,9 +114,7 @@ def update(cfg, split, blocked, x, state, w, b, cache, idx):
         idx = jnp.where((idx >= 0) & (idx < N), idx + offset, -1)
     x, state, cache, idx = (fold(a, k) for a in (x, state, cache, idx))
     w, b = fold(w, kw), fold(b, kw)
-    y, new_state = dispatch(cfg.backend, functools.partial(ffi_calls.update, cfg),
-                            functools.partial(xla_twins.update, cfg), x.dtype,
-                            x, state, w, b, cache, idx)
+    y, new_state = kernels.update(cfg, x, state, w, b, cache, idx)
     if slot_axes and not blocked:
         y = lax.psum(y, slot_axes)
     return unfold(y, lead), unfold(new_state, lead)
@@ -150,8 +132,7 @@ def varlen_states(state_len, backend, split, x, cu):
         # (no constant arrays: custom_partitioning traces without them)
         cu = jnp.concatenate([starts.reshape(-1), jnp.full((1,), n * T, cu.dtype)])
         x = x.reshape((n * T,) + x.shape[k + 1:])
-    out = dispatch(backend, functools.partial(ffi_calls.varlen_states, state_len),
-                   functools.partial(xla_twins.varlen_states, state_len), x.dtype, x, cu)
+    out = kernels.varlen_states(state_len, backend, x, cu)
     return unfold(out, lead)
 
 
