@@ -134,8 +134,11 @@ def _plan(kind, static, ins, args_shapes, specs, mesh_shape, quiet=False):
             if f not in axes or (not axes[f] and _axes_of(entry)):
                 axes[f] = _axes_of(entry)
     say = (lambda m: None) if quiet else _warn
+    # a mesh axis splits one factor only (operands may disagree, e.g. x's rows
+    # and a weight's channels on the same axis), except decode rows following
+    # the slots
     used = set()
-    for f in sorted(axes, key=lambda f: f not in ("n",)):  # slots first: rows follow them
+    for f in sorted(axes, key=lambda f: f not in ("n",)):
         a = axes[f] if f not in _KEEP_WHOLE else ()
         a = tuple(x for x in a if x not in used or (kind == "update" and f == "b"))
         count = math.prod(sizes[x] for x in a)
