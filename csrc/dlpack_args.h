@@ -6,9 +6,12 @@
 // (the same rank/shape/dtype view XLA would hand the FFI handlers), so the
 // DLPack path validates exactly like the XLA path. What XLA guarantees but
 // DLPack does not (device, row-major contiguity, a supported dtype) is checked
-// here first. The one exception to contiguity: x (forward and backward) may
-// be a strided view whose last axis has unit stride (ConvArgs in problem.h),
-// e.g. one half of Mamba's xz, or a (B, L, D) slice of a wider tensor. Errors are Python exceptions: TypeError for dtypes, ValueError
+// here first. The one exception to contiguity: x may be a strided view whose
+// last axis has unit stride (ConvArgs / UpdateArgs / VarlenStatesArgs in
+// problem.h), e.g. one half of Mamba's xz, or a (B, L, D) slice of a wider
+// tensor. Compact shapes are accepted too (`compact_args`): weight (D, W)
+// and bias (D,) for one weight group, and the update's x and y as (B, D)
+// for one token; they are presented to the checks with the unit axis added. Errors are Python exceptions: TypeError for dtypes, ValueError
 // for everything else, all naming the argument.
 #pragma once
 
@@ -104,9 +107,14 @@ class Buf {
     if (!a.has_value()) return;
     Set(name, *a, kind, place);
   }
-  Buf(const char* name, const Array& a, Kind kind, Placement* place, bool strided = false) {
+  Buf(const char* name, const Array& a, Kind kind, Placement* place, bool strided = false,
+      int unit_at = -1) {
     Init();
-    Set(name, a, kind, place, strided);
+    Set(name, a, kind, place, strided, unit_at);
+  }
+  Buf(const char* name, const Opt& a, Kind kind, Placement* place, bool strided, int unit_at) {
+    Init();
+    if (a.has_value()) Set(name, *a, kind, place, strided, unit_at);
   }
 
   bool present() const { return present_; }
@@ -126,7 +134,9 @@ class Buf {
     raw_.dims = dims_;
   }
 
-  void Set(const char* name, const Array& a, Kind kind, Placement* place, bool strided = false) {
+  // unit_at >= 0: present the array with a unit axis inserted there.
+  void Set(const char* name, const Array& a, Kind kind, Placement* place, bool strided = false,
+           int unit_at = -1) {
     const int32_t dev = a.device_type();
     if (dev != place->device_type)
       ThrowValue(std::string(name) + " is on device '" + DeviceName(dev) + "', expected '" +
@@ -172,18 +182,30 @@ class Buf {
         expect *= n;
       }
     }
-    for (size_t i = 0; i < rank; ++i) dims_[i] = int64_t(a.shape(i));
-    raw_.rank = int64_t(rank);
+    size_t n = 0;
+    for (size_t i = 0; i < rank; ++i) {
+      if (int(i) == unit_at) dims_[n++] = 1;
+      dims_[n++] = int64_t(a.shape(i));
+    }
+    if (unit_at == int(rank)) dims_[n++] = 1;
+    raw_.rank = int64_t(n);
     raw_.dtype = static_cast<XLA_FFI_DataType>(t);
     raw_.data = const_cast<void*>(a.data());
     present_ = true;
   }
 
   static constexpr size_t kMaxRank = 4;
-  int64_t dims_[kMaxRank];
+  int64_t dims_[kMaxRank + 1];
   XLA_FFI_Buffer raw_;
   bool present_ = false;
 };
+
+// Where a compact argument gets its unit axis: weight (D, W) and bias (D,)
+// become (1, D, W) and (1, D); other ranks pass as they are.
+inline int GroupAxis(const Array& a, size_t full_rank) { return a.ndim() + 1 == full_rank ? 0 : -1; }
+inline int GroupAxis(const Opt& a, size_t full_rank) {
+  return a.has_value() ? GroupAxis(*a, full_rank) : -1;
+}
 
 // Records x's strides in a when x is not dense (rank 3, last axis unit stride).
 inline void SetXStrides(ConvArgs* a, const Array& x) {
@@ -256,9 +278,10 @@ inline ConvArgs ProblemArgs(int32_t device_type, const Array& x, const Array& we
                             const Opt& initial_states, int64_t activation, int64_t mode,
                             bool channels_last, bool states_channels_last) {
   Placement p{device_type};
-  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true), bw("weight", weight, Kind::kFloat, &p),
-      bb("bias", bias, Kind::kFloat, &p), bs("seq_idx", seq_idx, Kind::kInt32, &p),
-      bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
+  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true),
+      bw("weight", weight, Kind::kFloat, &p, false, GroupAxis(weight, 3)),
+      bb("bias", bias, Kind::kFloat, &p, false, GroupAxis(bias, 2)),
+      bs("seq_idx", seq_idx, Kind::kInt32, &p), bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
       bi("initial_states", initial_states, Kind::kFloat, &p);
   SameType("initial_states", bi, bx);
   ConvArgs a;
@@ -270,8 +293,10 @@ inline ConvArgs ProblemArgs(int32_t device_type, const Array& x, const Array& we
 
 inline ConvArgs ForwardArgs(int32_t device_type, JCC_DLPACK_FWD_PARAMS) {
   Placement p{device_type};
-  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true), bw("weight", weight, Kind::kFloat, &p),
-      bb("bias", bias, Kind::kFloat, &p), br("residual", residual, Kind::kFloat, &p),
+  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true),
+      bw("weight", weight, Kind::kFloat, &p, false, GroupAxis(weight, 3)),
+      bb("bias", bias, Kind::kFloat, &p, false, GroupAxis(bias, 2)),
+      br("residual", residual, Kind::kFloat, &p),
       bs("seq_idx", seq_idx, Kind::kInt32, &p), bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
       bi("initial_states", initial_states, Kind::kFloat, &p), by("y", y, Kind::kFloat, &p),
       bf("final_states", final_states, Kind::kFloat, &p);
@@ -290,12 +315,14 @@ inline ConvArgs ForwardArgs(int32_t device_type, JCC_DLPACK_FWD_PARAMS) {
 
 inline ConvArgs BackwardArgs(int32_t device_type, JCC_DLPACK_BWD_PARAMS) {
   Placement p{device_type};
-  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true), bw("weight", weight, Kind::kFloat, &p),
-      bb("bias", bias, Kind::kFloat, &p), bs("seq_idx", seq_idx, Kind::kInt32, &p),
-      bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
+  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true),
+      bw("weight", weight, Kind::kFloat, &p, false, GroupAxis(weight, 3)),
+      bb("bias", bias, Kind::kFloat, &p, false, GroupAxis(bias, 2)),
+      bs("seq_idx", seq_idx, Kind::kInt32, &p), bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
       bi("initial_states", initial_states, Kind::kFloat, &p), bdy("dy", dy, Kind::kFloat, &p),
       bdf("dfinal_states", dfinal_states, Kind::kFloat, &p), bdx("dx", dx, Kind::kFloat, &p),
-      bdw("dweight", dweight, Kind::kFloat, &p), bdb("dbias", dbias, Kind::kFloat, &p),
+      bdw("dweight", dweight, Kind::kFloat, &p, false, GroupAxis(dweight, 3)),
+      bdb("dbias", dbias, Kind::kFloat, &p, false, GroupAxis(dbias, 2)),
       bdi("dinitial_states", dinitial_states, Kind::kFloat, &p);
   SameType("initial_states", bi, bx);
   SameType("dy", bdy, bx);
@@ -316,30 +343,43 @@ inline ConvArgs BackwardArgs(int32_t device_type, JCC_DLPACK_BWD_PARAMS) {
   return a;
 }
 
-// In place: conv_state is both the input and the output state.
+// In place: conv_state is both the input and the output state. x and y may
+// be (B, D) for one token; x may be strided.
 inline UpdateArgs UpdateArgsOf(int32_t device_type, JCC_DLPACK_UPDATE_PARAMS) {
   Placement p{device_type};
-  Buf bx("x", x, Kind::kFloat, &p), bs("conv_state", conv_state, Kind::kFloat, &p),
-      bw("weight", weight, Kind::kFloat, &p), bb("bias", bias, Kind::kFloat, &p),
+  const int token_axis = x.ndim() == 2 ? (channels_last ? 1 : 2) : -1;
+  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true, token_axis),
+      bs("conv_state", conv_state, Kind::kFloat, &p),
+      bw("weight", weight, Kind::kFloat, &p, false, GroupAxis(weight, 3)),
+      bb("bias", bias, Kind::kFloat, &p, false, GroupAxis(bias, 2)),
       bc("cache_seqlens", cache_seqlens, Kind::kInt32, &p),
       bi("conv_state_indices", conv_state_indices, Kind::kInt32, &p),
-      by("y", y, Kind::kFloat, &p);
+      by("y", y, Kind::kFloat, &p, false, y.ndim() == 2 ? (channels_last ? 1 : 2) : -1);
   SameType("conv_state", bs, bx);
   SameType("y", by, bx);
   UpdateArgs u;
   Raise(MakeUpdateArgs(&u, bx.any(), bs.any(), bw.any(), bb.any(), bc.any(), bi.any(), by.result(),
                        bs.result(), activation, bb.present(), bc.present(), bi.present(),
                        channels_last));
+  // x's strides, in the (B, D, S) / (B, S, D) view the kernels index
+  if (x.ndim() == 2) {
+    if (x.shape(0) > 1 && x.stride(0) != u.dim) u.x_batch_stride = x.stride(0);
+  } else if (x.ndim() == 3) {
+    const int64_t n1 = int64_t(x.shape(1)), n2 = int64_t(x.shape(2));
+    if (x.shape(0) > 1 && x.stride(0) != n1 * n2) u.x_batch_stride = x.stride(0);
+    if (n1 > 1 && x.stride(1) != n2) u.x_row_stride = x.stride(1);
+  }
   return u;
 }
 
 inline VarlenStatesArgs VarlenStatesArgsOf(int32_t device_type, JCC_DLPACK_VARLEN_STATES_PARAMS) {
   Placement p{device_type};
-  Buf bx("x", x, Kind::kFloat, &p), bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
+  Buf bx("x", x, Kind::kFloat, &p, /*strided=*/true), bc("cu_seqlens", cu_seqlens, Kind::kInt32, &p),
       bs("states", states, Kind::kFloat, &p);
   SameType("states", bs, bx);
   VarlenStatesArgs v;
   Raise(MakeVarlenStatesArgs(&v, bx.any(), bc.any(), bs.result(), channels_last));
+  if (x.ndim() == 2 && x.shape(0) > 1 && x.stride(0) != int64_t(x.shape(1))) v.x_row_stride = x.stride(0);
   return v;
 }
 

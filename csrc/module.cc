@@ -21,7 +21,9 @@ NB_MODULE(_jcc_cpu, m) {
         "Bytes of the backward's workspace result (see csrc/problem.h).");
   m.def("target_names", &jcc::TargetNames, "{role: versioned FFI target name}.");
   m.attr("max_width") = jcc::kMaxWidth;
-  // The DLPack entry points take x as a strided view (problem.h: ConvArgs).
+  // The DLPack entry points take x as a strided view (problem.h), and
+  // compact weight/bias/one-token shapes (dlpack_args.h).
   m.attr("strided_x") = true;
+  m.attr("compact_args") = true;
   RegisterDlpackCpu(m);
 }

@@ -50,13 +50,15 @@ enum class SegmentMode : int { kRow = 0, kSeqIdx = 1, kVarlen = 2 };
 // Scratch the backward needs for its per-chunk partial weight/bias sums
 // (reduced afterwards in a fixed order, for bitwise-reproducible gradients):
 // one float per batch row, channel, tap-or-bias and chunk of time steps. No
-// CUDA backward plan gives a partial sum to fewer than kBackwardChunkMin
-// steps, so this bounds them all. The caller allocates it (XLA, as an extra
-// output: jax_causal_conv/_calls.py computes the same number; torch, through
-// the DLPack entry point), so the kernels allocate nothing.
-constexpr int64_t kBackwardChunkMin = 512;
-inline int64_t BackwardWorkspaceBytes(int64_t batch, int64_t dim, int64_t len, int64_t width) {
-  const int64_t chunks = (len + kBackwardChunkMin - 1) / kBackwardChunkMin;
+// CUDA backward plan gives a partial sum to fewer than BackwardChunkSteps
+// steps (longer for wide filters, whose partials are larger), so this bounds
+// them all. The caller allocates it (XLA, as an extra output: the Python
+// package asks the compiled module for the number; torch, through the
+// DLPack entry point), so the kernels allocate nothing.
+JCC_HD int64_t BackwardChunkSteps(int64_t width) { return width <= 16 ? 512 : 4096; }
+JCC_HD int64_t BackwardWorkspaceBytes(int64_t batch, int64_t dim, int64_t len, int64_t width) {
+  const int64_t step = BackwardChunkSteps(width);
+  const int64_t chunks = (len + step - 1) / step;
   const int64_t floats = batch * dim * (width + 1) * chunks;
   return 4 * (floats > 0 ? floats : 1);
 }
@@ -134,11 +136,20 @@ struct UpdateArgs {
   const int32_t* cache_seqlens = nullptr;      // optional (batch,): circular buffer
   const int32_t* conv_state_indices = nullptr; // optional (batch,): slot per row, -1 = pad
   void* y = nullptr;
-  // Element offsets: token s of channel d in row b of x/y, and entry j of
-  // channel d in state slot n.
-  JCC_HD int64_t XAt(int64_t b, int64_t d, int64_t s) const {
+  // x may be a strided view (DLPack callers), as ConvArgs::x: unit stride
+  // along its last axis, these strides for the other two; 0: dense.
+  int64_t x_batch_stride = 0, x_row_stride = 0;
+  // Element offsets: token s of channel d in row b of y (dense) and of x,
+  // and entry j of channel d in state slot n.
+  JCC_HD int64_t YAt(int64_t b, int64_t d, int64_t s) const {
     return channels_last ? (b * seqlen + s) * dim + d : (b * dim + d) * seqlen + s;
   }
+  JCC_HD int64_t XAt(int64_t b, int64_t d, int64_t s) const {
+    const int64_t sb = x_batch_stride ? x_batch_stride : dim * seqlen;
+    const int64_t sr = x_row_stride ? x_row_stride : (channels_last ? dim : seqlen);
+    return channels_last ? b * sb + s * sr + d : b * sb + d * sr + s;
+  }
+  JCC_HD bool x_dense() const { return x_batch_stride == 0 && x_row_stride == 0; }
   JCC_HD int64_t StateAt(int64_t n, int64_t d, int64_t j) const {
     return channels_last ? (n * state_len + j) * dim + d : (n * dim + d) * state_len + j;
   }
@@ -151,9 +162,11 @@ struct VarlenStatesArgs {
   int64_t total = 0, dim = 0, num_seqs = 0, state_len = 0;
   bool channels_last = false;
   DType x_dtype = DType::kF32;
-  const void* x = nullptr;            // (total, dim)
+  const void* x = nullptr;            // (total, dim), rows x_row_stride apart (0: dim)
+  int64_t x_row_stride = 0;
   const int32_t* cu_seqlens = nullptr;  // (num_seqs + 1)
   void* states = nullptr;
+  JCC_HD int64_t XAt(int64_t t, int64_t d) const { return t * (x_row_stride ? x_row_stride : dim) + d; }
   JCC_HD int64_t StateAt(int64_t n, int64_t d, int64_t j) const {
     return channels_last ? (n * state_len + j) * dim + d : (n * dim + d) * state_len + j;
   }

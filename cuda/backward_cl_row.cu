@@ -1,15 +1,13 @@
 // Channels-last backward for the hot case: one sequence per row (no seq_idx /
-// varlen), W <= 4. The general BwdClKernel of backward.cu carries the segment
-// bookkeeping and needs ~160 registers, which left few steps' loads in flight;
-// this one keeps only what the plain case needs and stages x and dy through
-// shared memory with cp.async, a group of steps ahead (double buffered), so
-// many bytes are in flight without holding registers. It needs whole,
-// aligned channel vectors (dim % kClV == 0). Same grid, tiling and workspace
-// layout as BwdClKernel (a block of kClX x kClY threads, kClV channels x
-// kClBwdSteps steps per thread), so backward.cu's plan, ReduceKernel and
-// DInitKernel apply.
-//   g[t] = dy[t] act'(pre[t]),  dx[p] = sum_k w[k] g[p + H - k] (+ dfinal tail),
+// varlen), W <= 4. It keeps only what the plain case needs and stages x and
+// dy through shared memory with cp.async, a group of steps ahead (double
+// buffered), so many bytes are in flight without holding registers. It
+// needs whole, aligned channel vectors (dim % kClV == 0). A block of kClX x
+// kClY threads, kClV channels x kClBwdSteps steps per thread; states.cu's
+// ReduceKernel adds the partial sums and StatesGradKernel the state terms.
+//   g[t] = dy[t] act'(pre[t]),  dx[p] = sum_k w[k] g[p + H - k],
 // walking forwards and emitting dx H steps behind the g it computes.
+#include "cl_row.cuh"
 #include "cp_async.cuh"
 #include "launchers.h"
 
@@ -64,7 +62,6 @@ __global__ void __launch_bounds__(kClX * kClY)
     float w[kW][kV], bias[kV];
     LoadClTaps<kW, kV>(a, wbase + c0, kV, w, bias);  // whole vectors here
     T* dxb = static_cast<T*>(a.dx) + b * L * D;
-    const T* dfin = static_cast<const T*>(a.dfinal_states);
 
     float xw[kHist][kV], gw[kHist][kV] = {};  // input and g at steps t - H .. t - 1
     LoadClHistory<T, kV, H>(a, xb, b, c0, ts, xw);
@@ -110,10 +107,6 @@ __global__ void __launch_bounds__(kClX * kClY)
             for (int k = 1; k < kW; ++k) acc += w[k][c] * gw[H - k][c];
             out[c] = acc;
           }
-          if (dfin && p >= L - H) {
-#pragma unroll
-            for (int c = 0; c < kV; ++c) out[c] += LoadState<T>(a, dfin, b, c0 + c, p - (L - H));
-          }
           StoreVec<T, kV>(dxb + p * D + c0, out);
         }
 #pragma unroll
@@ -144,11 +137,11 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t s
 
 }  // namespace
 
-cudaError_t BackwardClRow(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream) {
+cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, nchunk, ws, stream);
-    case DType::kF16: return LaunchT<__half>(a, nchunk, ws, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, nchunk, ws, stream);
+    case DType::kF32: return LaunchT<float>(a, p.nchunk, ws, stream);
+    case DType::kF16: return LaunchT<__half>(a, p.nchunk, ws, stream);
+    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.nchunk, ws, stream);
     default: return cudaErrorNotSupported;
   }
 }

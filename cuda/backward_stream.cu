@@ -11,33 +11,13 @@
 // recomputed from one extra x and dy vector that lane 31 loads). Each warp's
 // partial dweight/dbias go to ws[grp][part][d][W + 1] (part = (b %
 // batch_per_group) * warps_per_row + the warp's index in its row) for
-// backward.cu's ReduceKernel to add in a fixed order; dinitial_states is left
-// to DInitKernel.
+// states.cu's ReduceKernel to add in a fixed order; dinitial_states and the
+// final-state cotangent are left to StatesGradKernel.
 #include "launchers.h"
 #include "stream.cuh"
 
 namespace jcc::cuda {
 namespace {
-
-constexpr int kMaxChunksPerWarp = 4;
-
-int64_t WarpSteps(DType t) {
-  switch (t) {
-    case DType::kF32: return Stream<float>::kWarpSteps;
-    default: return Stream<__half>::kWarpSteps;
-  }
-}
-
-// Chunks per warp: as many as keep >= 32768 warps in the grid (enough to
-// fill every SM many times over), up to kMaxChunksPerWarp.
-int ChunksPerWarp(const ConvArgs& a) {
-  const int64_t per_row = CeilDiv(a.len, WarpSteps(a.x_dtype)), rows = a.batch * a.dim;
-  int k = 1;
-  while (2 * k <= kMaxChunksPerWarp && 2 * k <= per_row &&
-         rows * CeilDiv(per_row, 2 * k) >= 32768)
-    k *= 2;
-  return k;
-}
 
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads)
@@ -159,12 +139,6 @@ __global__ void __launch_bounds__(kStreamThreads)
         for (int k = 0; k < kW; ++k) acc += w[k] * ge[i + H - k];
         dx[i] = acc;
       }
-      // The last H inputs are also the final states: add their gradient. L is
-      // a multiple of N > H, so they all lie in the row's last vector.
-      if (H > 0 && a.dfinal_states && left - j * kVecStride == N) {
-#pragma unroll
-        for (int i = 0; i < H; ++i) dx[N - H + i] += LoadState<T>(a, a.dfinal_states, b, d, i);
-      }
       StoreVec<T, N>(dxrow + t0 + j * kVecStride, dx);
     }
     // Lane 0's head of this chunk is what follows the chunk before it.
@@ -189,41 +163,29 @@ __global__ void __launch_bounds__(kStreamThreads)
 }
 
 template <typename T, int kW>
-cudaError_t LaunchBwdStream(const ConvArgs& a, int64_t warps_per_row, float* ws,
-                            cudaStream_t stream) {
-  BwdStreamKernel<T, kW><<<unsigned(StreamBlocks(a, warps_per_row)), kStreamThreads, 0, stream>>>(
-      a, warps_per_row, ChunksPerWarp(a), ws);
+cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
+  BwdStreamKernel<T, kW><<<unsigned(StreamBlocks(a, p.warps_per_row)), kStreamThreads, 0, stream>>>(
+      a, p.warps_per_row, int(p.chunks_per_warp), ws);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t LaunchT(const ConvArgs& a, float* ws, cudaStream_t stream) {
-  const int64_t warps_per_row = StreamingBackwardTiles(a);
+cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   switch (a.width) {
-    case 1: return LaunchBwdStream<T, 1>(a, warps_per_row, ws, stream);
-    case 2: return LaunchBwdStream<T, 2>(a, warps_per_row, ws, stream);
-    case 3: return LaunchBwdStream<T, 3>(a, warps_per_row, ws, stream);
-    default: return LaunchBwdStream<T, 4>(a, warps_per_row, ws, stream);
+    case 1: return LaunchBwdStream<T, 1>(a, p, ws, stream);
+    case 2: return LaunchBwdStream<T, 2>(a, p, ws, stream);
+    case 3: return LaunchBwdStream<T, 3>(a, p, ws, stream);
+    default: return LaunchBwdStream<T, 4>(a, p, ws, stream);
   }
 }
 
 }  // namespace
 
-int64_t StreamingBackwardTiles(const ConvArgs& a) {
-  const int64_t n = 16 / DTypeBytes(a.x_dtype);
-  const bool fits = a.x_dtype != DType::kF64 && !a.channels_last && a.mode == SegmentMode::kRow &&
-                    a.width <= 4 && a.len > 0 && a.len % n == 0 && Aligned16(a.x) &&
-                    Aligned16(a.dy) && Aligned16(a.dx);
-  if (!fits) return 0;
-  const int64_t warps_per_row = CeilDiv(CeilDiv(a.len, WarpSteps(a.x_dtype)), ChunksPerWarp(a));
-  return StreamBlocks(a, warps_per_row) <= INT32_MAX ? warps_per_row : 0;
-}
-
-cudaError_t BackwardStreaming(const ConvArgs& a, float* ws, cudaStream_t stream) {
+cudaError_t BackwardStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, ws, stream);
-    case DType::kF16: return LaunchT<__half>(a, ws, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, ws, stream);
+    case DType::kF32: return LaunchT<float>(a, p, ws, stream);
+    case DType::kF16: return LaunchT<__half>(a, p, ws, stream);
+    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p, ws, stream);
     default: return cudaErrorNotSupported;
   }
 }

@@ -3,10 +3,10 @@
 // kClX x kClY threads; each thread owns one 16-byte vector of channels and a
 // slice of kClFwdSteps time steps, and stages x (and the residual) through
 // shared memory with cp.async one group of steps ahead, so loads stay in
-// flight while it computes (the general FwdClKernel of forward.cu, with the
-// segment bookkeeping, held too few). final_states stay with forward.cu.
+// flight while it computes. final_states are written by states.cu.
 #include <climits>
 
+#include "cl_row.cuh"
 #include "cp_async.cuh"
 #include "launchers.h"
 
@@ -109,29 +109,29 @@ cudaError_t Launch(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
 }
 
 template <typename T>
-bool TryT(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
-  constexpr int kV = 16 / int(sizeof(T));
-  const int64_t nchunk = CeilDiv(a.len, int64_t(kClFwdSteps) * kClY);
-  if (!a.channels_last || a.mode != SegmentMode::kRow || a.width < 2 || a.width > 4 ||
-      a.dim % kV != 0 || !Aligned(a.x, 16) || !Aligned(a.y, 16) ||
-      (a.residual && !Aligned(a.residual, 16)) || ClBlocks(a.batch, nchunk, a.dim, kV) > INT_MAX)
-    return false;
+cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
   switch (a.width) {
-    case 2: *err = Launch<T, 2>(a, nchunk, stream); break;
-    case 3: *err = Launch<T, 3>(a, nchunk, stream); break;
-    default: *err = Launch<T, 4>(a, nchunk, stream); break;
+    case 2: return Launch<T, 2>(a, nchunk, stream);
+    case 3: return Launch<T, 3>(a, nchunk, stream);
+    default: return Launch<T, 4>(a, nchunk, stream);
   }
-  return true;
 }
 
 }  // namespace
 
-bool TryForwardClRow(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
+int64_t ClRowChunks(const ConvArgs& a, bool backward) {
+  const int64_t steps = backward ? int64_t(kClBwdSteps) * kClY : int64_t(kClFwdSteps) * kClY;
+  const int64_t vec = backward ? kClV : 16 / DTypeBytes(a.x_dtype);
+  const int64_t nchunk = CeilDiv(a.len, steps);
+  return ClBlocks(a.batch, nchunk, a.dim, int(vec)) <= INT_MAX ? nchunk : 0;
+}
+
+cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   switch (a.x_dtype) {
-    case DType::kF32: return TryT<float>(a, stream, err);
-    case DType::kF16: return TryT<__half>(a, stream, err);
-    case DType::kBF16: return TryT<__nv_bfloat16>(a, stream, err);
-    default: return false;
+    case DType::kF32: return LaunchT<float>(a, p.nchunk, stream);
+    case DType::kF16: return LaunchT<__half>(a, p.nchunk, stream);
+    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.nchunk, stream);
+    default: return cudaErrorNotSupported;
   }
 }
 

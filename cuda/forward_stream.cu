@@ -80,30 +80,35 @@ cudaError_t LaunchStream(const ConvArgs& a, int64_t warps_per_row, cudaStream_t 
 }
 
 template <typename T>
-bool TryStreamT(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
-  constexpr int N = Stream<T>::kN;
-  const int64_t warps_per_row = CeilDiv(a.len, int64_t(Stream<T>::kWarpSteps));
-  if (a.channels_last || a.mode != SegmentMode::kRow || a.width > 4 || a.len % N != 0 ||
-      !Aligned16(a.x) || !Aligned16(a.y) || !Aligned16(a.residual) ||
-      StreamBlocks(a, warps_per_row) > INT32_MAX)
-    return false;
+cudaError_t LaunchT(const ConvArgs& a, int64_t warps_per_row, cudaStream_t stream) {
   switch (a.width) {
-    case 1: *err = LaunchStream<T, 1>(a, warps_per_row, stream); break;
-    case 2: *err = LaunchStream<T, 2>(a, warps_per_row, stream); break;
-    case 3: *err = LaunchStream<T, 3>(a, warps_per_row, stream); break;
-    default: *err = LaunchStream<T, 4>(a, warps_per_row, stream); break;
+    case 1: return LaunchStream<T, 1>(a, warps_per_row, stream);
+    case 2: return LaunchStream<T, 2>(a, warps_per_row, stream);
+    case 3: return LaunchStream<T, 3>(a, warps_per_row, stream);
+    default: return LaunchStream<T, 4>(a, warps_per_row, stream);
   }
-  return true;
 }
 
 }  // namespace
 
-bool TryForwardStreaming(const ConvArgs& a, cudaStream_t stream, cudaError_t* err) {
+int64_t StreamWarpsPerRow(const ConvArgs& a, bool backward, int64_t* chunks_per_warp) {
+  const int64_t steps = a.x_dtype == DType::kF32 ? Stream<float>::kWarpSteps : Stream<__half>::kWarpSteps;
+  const int64_t per_row = CeilDiv(a.len, steps), rows = a.batch * a.dim;
+  int64_t k = 1;
+  if (backward)
+    while (2 * k <= kMaxChunksPerWarp && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768)
+      k *= 2;
+  *chunks_per_warp = k;
+  const int64_t warps_per_row = CeilDiv(per_row, k);
+  return StreamBlocks(a, warps_per_row) <= INT32_MAX ? warps_per_row : 0;
+}
+
+cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   switch (a.x_dtype) {
-    case DType::kF32: return TryStreamT<float>(a, stream, err);
-    case DType::kF16: return TryStreamT<__half>(a, stream, err);
-    case DType::kBF16: return TryStreamT<__nv_bfloat16>(a, stream, err);
-    default: return false;
+    case DType::kF32: return LaunchT<float>(a, p.warps_per_row, stream);
+    case DType::kF16: return LaunchT<__half>(a, p.warps_per_row, stream);
+    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.warps_per_row, stream);
+    default: return cudaErrorNotSupported;
   }
 }
 

@@ -1,7 +1,21 @@
-// CUDA launchers for the causal conv1d kernels. Plain C++ over the
+// CUDA entry points for the causal conv1d kernels. Plain C++ over the
 // descriptions of problem.h, independent of XLA: the FFI handlers
-// (ffi_cuda.cc) and the DLPack/torch entry points both call these. Every
-// launcher runs on `stream`, allocates nothing and returns the launch status.
+// (ffi_cuda.cc) and the DLPack/torch entry points both call the four public
+// launchers below. Every launcher runs on `stream`, allocates nothing and
+// returns the launch status.
+//
+// A call's kernel family is chosen once, by PlanForward / PlanBackward
+// (dispatch.cu); each family's file then runs the typed kernel for the
+// dtype and width:
+//   kStream (forward_stream.cu, backward_stream.cu): channels-first rows,
+//     whole aligned 16-byte vectors, dense x, one sequence per row, W <= 4;
+//   kClRow (forward_cl_row.cu, backward_cl_row.cu): channels-last, whole
+//     aligned channel vectors, dense x, one sequence per row, 2 <= W <= 4;
+//   kTile (forward_tile.cu, backward_tile.cu, tile.cuh): everything else:
+//     any layout, width, alignment, strides and sequence mode.
+// states.cu holds the per-state-row kernels (final states, the initial-state
+// gradient and the final-state cotangent) and the fixed-order reduction of
+// the weight-gradient partial sums.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,29 +26,10 @@
 
 namespace jcc::cuda {
 
+// --- public ---------------------------------------------------------------------
+
 // y (and final_states) from x. float32/float16/bfloat16 x only.
 cudaError_t Forward(const ConvArgs& a, cudaStream_t stream);
-
-// The streaming kernel of forward_stream.cu for y, when the problem fits it
-// (channels-first, no seq_idx/varlen, width <= 4, aligned rows): returns
-// false, launching nothing, otherwise.
-bool TryForwardStreaming(const ConvArgs& a, cudaStream_t stream, cudaError_t* err);
-
-// The lean channels-last forward of forward_cl_row.cu for y, when the problem
-// fits it (one sequence per row, 2 <= width <= 4, whole aligned 16-byte
-// channel vectors): returns false, launching nothing, otherwise.
-bool TryForwardClRow(const ConvArgs& a, cudaStream_t stream, cudaError_t* err);
-
-// The streaming backward of backward_stream.cu: its warp chunks per row when
-// the problem fits it (as TryForwardStreaming), else 0; and its launch,
-// writing per-chunk partials to the workspace that Backward then reduces.
-int64_t StreamingBackwardTiles(const ConvArgs& a);
-cudaError_t BackwardStreaming(const ConvArgs& a, float* ws, cudaStream_t stream);
-
-// The lean channels-last backward of backward_cl_row.cu (one sequence per
-// row, 2 <= width <= 4, whole aligned channel vectors) on the plan of
-// backward.cu's BwdClKernel.
-cudaError_t BackwardClRow(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream);
 
 // dx, dweight, dbias, dinitial_states. dweight/dbias are reduced in a fixed
 // order through `workspace` (BackwardWorkspaceBytes(batch, dim, len, width)
@@ -48,5 +43,42 @@ cudaError_t Update(const UpdateArgs& u, cudaStream_t stream);
 
 // Last state_len inputs of each packed sequence.
 cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream);
+
+// --- plans and families (internal to the CUDA module) ----------------------------
+
+struct ForwardPlan {
+  enum Family { kNone, kStream, kClRow, kTile } family = kNone;
+  int64_t warps_per_row = 0;  // kStream
+  int64_t nchunk = 0;         // kClRow: time chunks per row
+};
+
+struct BackwardPlan {
+  enum Family { kNone, kStream, kClRow, kTile } family = kNone;
+  int64_t warps_per_row = 0, chunks_per_warp = 1;  // kStream
+  int64_t nchunk = 0;   // partial sums per (batch row, channel): kClRow and kTile time chunks
+  int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
+  int64_t nparts = 0;   // partial sums per (weight group, channel)
+};
+
+ForwardPlan PlanForward(const ConvArgs& a);
+BackwardPlan PlanBackward(const ConvArgs& a);
+
+// Family launchers, given a plan of their family.
+cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
+cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
+cudaError_t ForwardTile(const ConvArgs& a, cudaStream_t stream);
+cudaError_t BackwardStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
+cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
+cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
+
+// Plan pieces each family computes for itself (0 / kNone: it does not fit).
+int64_t StreamWarpsPerRow(const ConvArgs& a, bool backward, int64_t* chunks_per_warp);
+int64_t ClRowChunks(const ConvArgs& a, bool backward);
+BackwardPlan TileBackwardPlan(const ConvArgs& a);
+
+// states.cu
+cudaError_t FinalStates(const ConvArgs& a, cudaStream_t stream);
+cudaError_t StatesGrad(const ConvArgs& a, cudaStream_t stream);
+cudaError_t ReduceWeightGrads(const ConvArgs& a, const float* ws, int64_t nparts, cudaStream_t stream);
 
 }  // namespace jcc::cuda

@@ -18,5 +18,7 @@ NB_MODULE(_jcc_cuda, m) {
   });
   m.def("handler_calls", []() { return jcc::cuda_handler_calls.load(); },
         "How many times XLA has executed the CUDA handlers (not counting command-buffer replays).");
+  m.attr("strided_x") = true;     // as the CPU module (csrc/module.cc)
+  m.attr("compact_args") = true;
   RegisterDlpackCuda(m);
 }

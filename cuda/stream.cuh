@@ -93,11 +93,14 @@ __device__ __forceinline__ void HaloFromLeft(const float (&v)[N], int lane, floa
   }
 }
 
-inline bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Blocks for a problem: warps_per_row chunks per row, kStreamWarps per block.
 inline int64_t StreamBlocks(const ConvArgs& a, int64_t warps_per_row) {
   return CeilDiv(a.batch * a.dim * warps_per_row, int64_t(kStreamWarps));
 }
+
+// The backward gives each warp a span of up to kMaxChunksPerWarp chunks of
+// one row: as many as keep >= 32768 warps in the grid (enough to fill
+// every SM many times over).
+constexpr int kMaxChunksPerWarp = 4;
 
 }  // namespace jcc::cuda

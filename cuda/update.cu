@@ -11,12 +11,14 @@
 namespace jcc::cuda {
 namespace {
 
-// Thread per (b, d): y[b, d, :] and the state row of its slot.
+// Thread per (b, d): y[b, d, :] and the state of channel d in its slot, for
+// either layout (UpdateArgs::XAt / StateAt; channels-last threads of a warp
+// touch consecutive channels).
 template <typename T>
 __global__ void UpdateKernel(const UpdateArgs u) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= u.batch * u.dim) return;
-  // 32-bit division where the sizes allow (the hot decode path is latency-bound).
+  // 32-bit division where the sizes allow (the decode path is latency-bound).
   int64_t b, d, g;
   if (u.batch * u.dim <= INT32_MAX) {
     const uint32_t ui = uint32_t(i), dim = uint32_t(u.dim);
@@ -25,14 +27,15 @@ __global__ void UpdateKernel(const UpdateArgs u) {
     b = i / u.dim, d = i % u.dim, g = b / (u.batch / u.groups);
   }
   const int64_t W = u.width, H = W - 1, S = u.seqlen, SL = u.state_len;
-  const T* xr = static_cast<const T*>(u.x) + i * S;
-  T* yr = static_cast<T*>(u.y) + i * S;
+  const T* x = static_cast<const T*>(u.x);
+  T* y = static_cast<T*>(u.y);
   const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
   if (slot < 0 || slot >= u.num_slots) {  // padding row (or a bad index): zeros, state untouched
-    for (int64_t s = 0; s < S; ++s) yr[s] = FromF<T>(0.f);
+    for (int64_t s = 0; s < S; ++s) y[u.YAt(b, d, s)] = FromF<T>(0.f);
     return;
   }
-  T* st = static_cast<T*>(u.conv_state) + (slot * u.dim + d) * SL;
+  T* st = static_cast<T*>(u.conv_state);
+  auto entry = [&](int64_t j) -> T& { return st[u.StateAt(slot, d, j)]; };
   const int64_t wrow = g * u.dim + d;
   const bool silu = u.act == Activation::kSilu;
   const float bias = u.bias ? LoadAnyF(u.bias, u.b_dtype, wrow) : 0.f;
@@ -41,66 +44,26 @@ __global__ void UpdateKernel(const UpdateArgs u) {
   int64_t head = SL - H;
   if (u.cache_seqlens && SL > 0) head = ((c - H) % SL + SL) % SL;
 
-  if (W <= 4 && S == 1 && SL <= 4) {  // the decode hot path: everything in registers
-    // The whole state row (rolling) or the H entries before `head` (circular),
-    // all loads issued before any store.
-    float w[4] = {0.f, 0.f, 0.f, 0.f}, xp[4] = {0.f, 0.f, 0.f, 0.f};
-    T row[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-      if (k < W) w[k] = LoadAnyF(u.weight, u.w_dtype, wrow * W + k);
-    const T xin = xr[0];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      if (q < SL) row[q] = st[q];
-    // xp[j] = state entry head + j (mod SL) for j < H, then the new input.
-#pragma unroll
-    for (int j = 0; j < 3; ++j) {
-      int64_t q = head + j;
-      if (q >= SL) q -= SL;
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        if (j < H && r == q) xp[j] = ToF(row[r]);
-    }
-    float acc = bias;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float xv = k == H ? ToF(xin) : xp[k];
-      if (k < W) acc += w[k] * xv;
-    }
-    yr[0] = FromF<T>(Activate(acc, silu));
-    if (SL == 0) return;
-    if (u.cache_seqlens) {
-      st[((c % SL) + SL) % SL] = xin;
-    } else {
-#pragma unroll
-      for (int q = 0; q + 1 < 4; ++q)
-        if (q + 1 < SL) st[q] = row[q + 1];
-      st[SL - 1] = xin;
-    }
-    return;
-  }
-
-  // General: xp = [H most recent state entries, S new inputs], read on the fly.
+  // xp = [H most recent state entries, S new inputs], read on the fly.
   auto xp = [&](int64_t j) -> float {
-    if (j >= H) return ToF(xr[j - H]);
+    if (j >= H) return ToF(x[u.XAt(b, d, j - H)]);
     int64_t q = head + j;
     if (u.cache_seqlens) q %= SL;
-    return ToF(st[q]);
+    return ToF(entry(q));
   };
   for (int64_t s = 0; s < S; ++s) {
     float acc = bias;
     for (int64_t k = 0; k < W; ++k) acc += LoadAnyF(u.weight, u.w_dtype, wrow * W + k) * xp(s + k);
-    yr[s] = FromF<T>(Activate(acc, silu));
+    y[u.YAt(b, d, s)] = FromF<T>(Activate(acc, silu));
   }
   if (SL == 0) return;
   if (u.cache_seqlens) {
-    for (int64_t s = Max64(0, S - SL); s < S; ++s) st[(((c + s) % SL) + SL) % SL] = xr[s];
+    for (int64_t s = Max64(0, S - SL); s < S; ++s) entry((((c + s) % SL) + SL) % SL) = x[u.XAt(b, d, s)];
   } else if (S >= SL) {
-    for (int64_t q = 0; q < SL; ++q) st[q] = xr[S - SL + q];
+    for (int64_t q = 0; q < SL; ++q) entry(q) = x[u.XAt(b, d, S - SL + q)];
   } else {
-    for (int64_t q = 0; q < SL - S; ++q) st[q] = st[q + S];
-    for (int64_t q = 0; q < S; ++q) st[SL - S + q] = xr[q];
+    for (int64_t q = 0; q < SL - S; ++q) entry(q) = entry(q + S);
+    for (int64_t q = 0; q < S; ++q) entry(SL - S + q) = x[u.XAt(b, d, q)];
   }
 }
 
@@ -392,7 +355,8 @@ template <typename T>
 bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   // (the weights and bias may also be float64 on the CPU only; here they are
   // float32/float16/bfloat16, whose 4-channel rows are whole 8-byte words)
-  if (u.seqlen != 1 || u.width < 2 || u.width > 4 || u.state_len != u.width - 1 ||
+  if (u.channels_last || !u.x_dense() || u.seqlen != 1 || u.width < 2 || u.width > 4 ||
+      u.state_len != u.width - 1 ||
       u.dim % 4 != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
       !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
       u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64 ||
@@ -406,7 +370,80 @@ bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   return true;
 }
 
-// states[n, d, j] = x[hi - SL + j, d] when inside sequence n, else 0.
+// The channels-last decode hot path: one new token, state_len == W - 1,
+// whole aligned 16-byte channel vectors. A thread owns C channels of one
+// row: x, y and each of the H state entries are one 16-byte word at a
+// stride of dim (coalesced across the warp), the weights C x W contiguous.
+template <typename T, int kW>
+__global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const UpdateArgs u) {
+  constexpr int H = kW - 1, C = 16 / int(sizeof(T));
+  using Vec = RawVec<T, 16>;
+  const int64_t chunks = u.dim / C;
+  const int64_t i = blockIdx.x * int64_t(kUpdateThreads) + threadIdx.x;
+  if (i >= u.batch * chunks) return;
+  const int64_t b = i / chunks, d0 = (i - b * chunks) * C;
+  const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
+  T* yp = static_cast<T*>(u.y) + b * u.dim + d0;
+  if (slot < 0 || slot >= u.num_slots) {  // padding row: zeros, state untouched
+    Vec z;
+    z.Zero();
+    z.Store(yp);
+    return;
+  }
+  T* st = static_cast<T*>(u.conv_state) + slot * H * u.dim + d0;  // entry j at st + j * dim
+  Vec xv, ev[H > 0 ? H : 1];
+  xv.Load(static_cast<const T*>(u.x) + b * u.dim + d0);
+#pragma unroll
+  for (int j = 0; j < H; ++j)
+#pragma unroll
+    for (int q = 0; q < Vec::kWords; ++q)
+      ev[j].w[q] = __ldcs(reinterpret_cast<const typename Vec::Word*>(st + j * u.dim) + q);
+  const int64_t wrow = (b / (u.batch / u.groups)) * u.dim + d0;
+  float w[C][kW], bias[C];
+  LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
+  if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
+  else
+#pragma unroll
+    for (int c = 0; c < C; ++c) bias[c] = 0.f;
+  // Ring of exactly H entries: the oldest (window slot 0) is where the new token goes.
+  const int head = u.cache_seqlens ? int(((int64_t(u.cache_seqlens[b]) % H) + H) % H) : 0;
+  const bool silu = u.act == Activation::kSilu;
+  Vec yv;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    float acc = bias[c] + w[c][H] * ToF(xv[c]);
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+      // window slot j is entry (head + j) mod H: select by compile-time indices
+      float v = ToF(ev[j][c]);
+      if (u.cache_seqlens) {
+#pragma unroll
+        for (int k = 1; k < H; ++k)
+          if (head == k) v = ToF(ev[(j + k) % H][c]);
+      }
+      acc += w[c][j] * v;
+    }
+    yv[c] = FromF<T>(Activate(acc, silu));
+  }
+  yv.Store(yp);
+  using Word = typename Vec::Word;
+  if (u.cache_seqlens) {  // the new token replaces the oldest entry
+#pragma unroll
+    for (int k = 0; k < H; ++k)
+      if (head == k)
+#pragma unroll
+        for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(st + k * u.dim) + q, xv.w[q]);
+  } else {  // shift down by one entry, the token last
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+      const Vec& nv = j + 1 < H ? ev[j + 1] : xv;
+#pragma unroll
+      for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(st + j * u.dim) + q, nv.w[q]);
+    }
+  }
+}
+
+// states[n, d, j] (or [n, j, d]) = x[hi - SL + j, d] when inside sequence n, else 0.
 template <typename T>
 __global__ void VarlenStatesKernel(const VarlenStatesArgs v) {
   const int64_t total = v.num_seqs * v.dim * v.state_len;
@@ -414,12 +451,36 @@ __global__ void VarlenStatesKernel(const VarlenStatesArgs v) {
   T* out = static_cast<T*>(v.states);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t d = i % v.dim, j = (i / v.dim) % v.state_len, n = i / (v.dim * v.state_len);
+    int64_t d, j, n;
+    if (v.channels_last) {  // consecutive threads: consecutive channels
+      d = i % v.dim, j = (i / v.dim) % v.state_len, n = i / (v.dim * v.state_len);
+    } else {
+      j = i % v.state_len, d = (i / v.state_len) % v.dim, n = i / (v.dim * v.state_len);
+    }
     const int64_t lo = Min64(Max64(v.cu_seqlens[n], 0), v.total);
     const int64_t hi = Min64(Max64(v.cu_seqlens[n + 1], lo), v.total);
     const int64_t t = hi - v.state_len + j;
-    out[(n * v.dim + d) * v.state_len + j] = t >= lo ? x[t * v.dim + d] : FromF<T>(0.f);
+    out[v.StateAt(n, d, j)] = t >= lo ? x[v.XAt(t, d)] : FromF<T>(0.f);
   }
+}
+
+// The channels-last hot path, when the problem fits it (false: launch nothing).
+template <typename T>
+bool TryUpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
+  constexpr int C = 16 / int(sizeof(T));
+  if (!u.channels_last || !u.x_dense() || u.seqlen != 1 || u.width < 2 || u.width > 4 ||
+      u.state_len != u.width - 1 || u.dim % C != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
+      !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
+      u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64)
+    return false;
+  const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / C), kUpdateThreads));
+  switch (u.width) {
+    case 2: UpdateClVecKernel<T, 2><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
+    case 3: UpdateClVecKernel<T, 3><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
+    default: UpdateClVecKernel<T, 4><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
+  }
+  *err = cudaGetLastError();
+  return true;
 }
 
 template <typename T>
@@ -427,7 +488,7 @@ cudaError_t UpdateT(const UpdateArgs& u, cudaStream_t stream) {
   const int64_t n = u.batch * u.dim;
   if (n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
-  if (TryUpdateVec<T>(u, stream, &err)) return err;
+  if (TryUpdateVec<T>(u, stream, &err) || TryUpdateClVec<T>(u, stream, &err)) return err;
   UpdateKernel<T><<<unsigned(CeilDiv(n, 256)), 256, 0, stream>>>(u);
   return cudaGetLastError();
 }

@@ -1,9 +1,12 @@
-"""A few forward and backward calls on shapes that take every CUDA path
-(streaming, tiled, channels-last; partial and multiple tiles), compared with
-the CPU kernels, small enough to run under compute-sanitizer:
+"""Forward and backward calls on shapes that take every CUDA kernel family
+(streaming, channels-last rows, tile; the state kernels; every decode
+kernel), compared with the CPU kernels, small enough to run under
+compute-sanitizer:
 
     compute-sanitizer --tool memcheck python3 tests/gpu_sanitize_probe.py
 """
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,58 +14,96 @@ import numpy as np
 import jax_causal_conv as jcc
 
 cpu = jax.devices("cpu")[0]
+# (channels-last decode in the public API: present once the serving work lands)
+CL_DECODE = "channels_last" in inspect.signature(jcc.causal_conv1d_update).parameters
 rng = np.random.default_rng(0)
 n = 0
-CONFIGS = [  # dtype, (B, D, L), W, channels_last
-    (jnp.bfloat16, (2, 12, 520), 4, False),   # streaming, one partial tile
-    (jnp.bfloat16, (1, 3, 4104), 2, False),   # streaming, several tiles
-    (jnp.float32, (1, 3, 4104), 4, False),
-    (jnp.bfloat16, (8, 4096, 1032), 4, False),  # streaming backward, warps spanning 2 chunks
-    (jnp.float32, (2, 12, 520), 1, False),
-    (jnp.bfloat16, (2, 5, 67), 4, False),     # tiled (rows not whole vectors)
-    (jnp.bfloat16, (2, 12, 520), 4, True),    # channels-last (lean backward: dim % 4 == 0)
-    (jnp.float32, (2, 8, 1100), 3, True),     # channels-last, several chunks
-    (jnp.bfloat16, (2, 6, 300), 2, True),     # channels-last, general backward (dim % 4 != 0)
-    (jnp.float32, (2, 5, 67), 5, True),       # general width
+
+
+def agree(out, ref, dt, what):
+    for a, e in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):
+        a, e = np.asarray(a, np.float32), np.asarray(e, np.float32)
+        tol = 0.05 if dt == jnp.bfloat16 else 1e-3
+        assert np.allclose(a, e, rtol=tol, atol=tol * (1 + np.abs(e).max(initial=0))), what
+
+
+CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
+    (jnp.bfloat16, (2, 12, 520), 4, False, "states"),   # streaming, one partial chunk
+    (jnp.float32, (1, 3, 4104), 4, False, "states"),    # streaming, several chunks
+    (jnp.bfloat16, (8, 4096, 1032), 4, False, "plain"),  # streaming backward, warps spanning 2 chunks
+    (jnp.float32, (2, 12, 520), 1, False, "plain"),
+    (jnp.bfloat16, (2, 12, 520), 4, True, "states"),    # channels-last rows
+    (jnp.float32, (2, 8, 1100), 3, True, "plain"),      # channels-last rows, several chunks
+    (jnp.bfloat16, (2, 5, 67), 4, False, "states"),     # tile: rows not whole vectors
+    (jnp.bfloat16, (2, 6, 300), 2, True, "states"),     # tile: dim not whole vectors
+    (jnp.float32, (2, 40, 301), 5, False, "seq"),       # tile, masked, several chunks of 8 taps
+    (jnp.bfloat16, (1, 33, 1100), 17, True, "seq"),     # tile, partial channel group, 3 tiles
+    (jnp.float32, (1, 35, 300), 64, False, "states"),   # tile, wide
+    (jnp.bfloat16, (1, 20, 700), 256, True, "seq"),     # tile, widest, large shared memory
 ]
-for dt, (B, D, L), W, cl in CONFIGS:
+for dt, (B, D, L), W, cl, mode in CONFIGS:
     shape = (B, L, D) if cl else (B, D, L)
     x = jnp.asarray(rng.standard_normal(shape), dt)
     h = jnp.asarray(rng.standard_normal((B, W - 1, D) if cl else (B, D, W - 1)), dt)
     r = jnp.asarray(rng.standard_normal(shape), dt)
-    w, b = jnp.asarray(rng.standard_normal((D, W)), dt), jnp.asarray(rng.standard_normal((D,)), dt)
+    w, b = jnp.asarray(rng.standard_normal((D, W)) / W, dt), jnp.asarray(rng.standard_normal((D,)), dt)
+    ids = np.sort(rng.integers(0, 5, (B, L)), axis=1)
+    ids[:, L // 3: L // 3 + 4] = -1
+    ids[:, -5:] = -1
+    ids[:, L // 2: L // 2 + 3] = 9
+    ids[:, L // 2 + 20: L // 2 + 22] = 9
+    s = jnp.asarray(ids, jnp.int32) if mode == "seq" else None
+    hh = h if mode in ("states", "seq") else None
 
     def loss(x, w, b, h, r):
-        y, f = jcc.causal_conv1d(x, w, b, activation="silu", residual=r, initial_states=h,
+        y, f = jcc.causal_conv1d(x, w, b, activation="silu", residual=r, seq_idx=s,
+                                 initial_states=h if hh is not None else None,
                                  return_final_states=True, channels_last=cl)
         return jnp.sum(y.astype(jnp.float32) ** 2) + jnp.sum(f.astype(jnp.float32))
 
     g = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))
     out = g(x, w, b, h, r)
     ref = g(*(jax.device_put(a, cpu) for a in (x, w, b, h, r)))
-    for a, e in zip(jax.tree.leaves(out), jax.tree.leaves(ref)):
-        a, e = np.asarray(a, np.float32), np.asarray(e, np.float32)
-        tol = 0.05 if dt == jnp.bfloat16 else 1e-3
-        assert np.allclose(a, e, rtol=tol, atol=tol * (1 + np.abs(e).max(initial=0))), (dt, B, D, L, W, cl)
+    agree(out, ref, dt, (dt, B, D, L, W, cl, mode))
     n += 1
-# decode: the vector kernel (state_len = W - 1, dim % 4 == 0) and the
-# general one, rolling and circular, with a padding row; (3, 256): 4
-# channels, one row per thread; (100, 4096): 8 channels, one row per thread,
-# warps staging their state rows in shared memory; (600, 2048): 8 channels
-# and several rows per thread, staged; (400, 1028): 4 channels, several rows
-# per thread
+
+# varlen: the tile family's per-sequence starts and state rows
+cu = jnp.asarray([0, 5, 5, 300, 301, 900], jnp.int32)
+xv = jnp.asarray(rng.standard_normal((900, 24)), jnp.float32)
+for W in (4, 9):
+    wv = jnp.asarray(rng.standard_normal((24, W)) / W, jnp.float32)
+    hv = jnp.asarray(rng.standard_normal((5, 24, W - 1)), jnp.float32)
+
+    def vloss(x, w, h):
+        y, f = jcc.causal_conv1d_varlen(x, w, cu_seqlens=cu, initial_states=h, activation="silu",
+                                        return_final_states=True)
+        return jnp.sum(y ** 2) + jnp.sum(f)
+
+    g = jax.jit(jax.value_and_grad(vloss, argnums=(0, 1, 2)))
+    agree(g(xv, wv, hv), g(*(jax.device_put(a, cpu) for a in (xv, wv, hv))), jnp.float32, ("varlen", W))
+    n += 1
+
+# decode: the vector kernels (state_len = W - 1, aligned) and the general
+# one, both state layouts, rolling and circular, with a padding row; (3, 256):
+# 4 channels, one row per thread; (100, 4096): 8 channels, one row per
+# thread, staged state rows; (600, 2048): several rows per thread, staged;
+# (400, 1028): 4 channels, several rows per thread
 for B, D, SL in ((3, 48, 3), (3, 36, 5), (3, 256, 3), (100, 4096, 3), (600, 2048, 3), (400, 1028, 3)):
-    x = jnp.asarray(rng.standard_normal((B, D)), jnp.bfloat16)
-    st = jnp.asarray(rng.standard_normal((B + 1, D, SL)), jnp.bfloat16)
-    w, b = jnp.asarray(rng.standard_normal((D, 4)), jnp.float32), jnp.asarray(rng.standard_normal((D,)), jnp.float32)
-    idx = np.arange(B, dtype=np.int32)[::-1].copy()
-    idx[1] = -1
-    for kw in ({}, {"cache_seqlens": jnp.asarray(np.arange(B) * 5 % 7, jnp.int32),
-                    "conv_state_indices": jnp.asarray(idx)}):
-        f = jax.jit(lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu", **kw))
-        out = f(x, st)
-        ref = f(*(jax.device_put(a, cpu) for a in (x, st)))
-        for a, e in zip(out, ref):
-            assert np.allclose(np.asarray(a, np.float32), np.asarray(e, np.float32), rtol=0.05, atol=0.05)
-        n += 1
+    for cl in (False, True) if CL_DECODE else (False,):
+        x = jnp.asarray(rng.standard_normal((B, D)), jnp.bfloat16)
+        st = jnp.asarray(rng.standard_normal((B + 1, SL, D) if cl else (B + 1, D, SL)), jnp.bfloat16)
+        w, b = jnp.asarray(rng.standard_normal((D, 4)), jnp.float32), jnp.asarray(rng.standard_normal((D,)), jnp.float32)
+        idx = np.arange(B, dtype=np.int32)[::-1].copy()
+        idx[1] = -1
+        for kw in ({}, {"cache_seqlens": jnp.asarray(np.arange(B) * 5 % 7, jnp.int32),
+                        "conv_state_indices": jnp.asarray(idx)}):
+            clkw = {"channels_last": True} if cl else {}
+            f = jax.jit(lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu",
+                                                               **clkw, **kw))
+            agree(f(x, st), f(*(jax.device_put(a, cpu) for a in (x, st))), jnp.bfloat16, ("update", B, D, cl))
+            n += 1
+for cl in (False, True) if CL_DECODE else ():
+    f = jax.jit(lambda x: jcc.causal_conv1d_varlen_states(x, cu, 6, channels_last=cl))
+    agree(f(xv), f(jax.device_put(xv, cpu)), jnp.float32, ("varlen_states", cl))
+    n += 1
 print(f"PROBE OK: {n} configurations")

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 import jax_causal_conv as jcc
+from jax_causal_conv import validation as V
 
 f32 = jnp.float32
 X = jnp.ones((2, 4, 10))
@@ -53,13 +54,18 @@ CASES = [  # (id, call, exception, words the message must contain)
     ("weight-width-0", conv(weight=jnp.ones((4, 0))), ValueError, ["weight", "width 0"]),
     ("weight-too-wide", conv(weight=jnp.ones((4, 257))), ValueError, ["weight", "257"]),
     ("weight-int", conv(weight=jnp.ones((4, 4), jnp.int32)), TypeError, ["weight", "int32"]),
-    ("layout-mismatch", conv(x=jnp.ones((2, 10, 4))), ValueError, ["weight", "(4, 4)"]),
+    ("layout-mismatch", conv(x=jnp.ones((2, 10, 4))), ValueError,
+     ["weight", "(4, 4)", "(10, width)", "channels_last=True"]),
+    ("layout-mismatch-cl", conv(x=jnp.ones((2, 4, 10)), channels_last=True), ValueError,
+     ["weight", "(4, 4)", "channels_last=False"]),
     ("bias-shape", conv(bias=jnp.ones((3,))), ValueError, ["bias", "(4,)", "(3,)"]),
     ("bias-int", conv(bias=jnp.ones((4,), jnp.int32)), TypeError, ["bias"]),
     ("residual-shape", conv(residual=jnp.ones((2, 4, 9))), ValueError, ["residual", "(2, 4, 9)"]),
     ("residual-int", conv(residual=jnp.ones((2, 4, 10), jnp.int32)), TypeError, ["residual"]),
     ("seq_idx-shape", conv(seq_idx=jnp.zeros((2, 9), jnp.int32)), ValueError, ["seq_idx", "(2, 10)"]),
     ("seq_idx-float", conv(seq_idx=jnp.zeros((2, 10))), TypeError, ["seq_idx", "float"]),
+    ("seq_idx-batch", conv(seq_idx=jnp.zeros((3, 10), jnp.int8)), ValueError,
+     ["seq_idx", "(2, 10)", "(3, 10)"]),
     ("states-shape", conv(initial_states=jnp.ones((2, 4, 2))), ValueError,
      ["initial_states", "(2, 4, 3)", "(2, 4, 2)"]),
     ("states-batch", conv(initial_states=jnp.ones((3, 4, 3))), ValueError, ["initial_states", "(3, 4, 3)"]),
@@ -85,7 +91,12 @@ CASES = [  # (id, call, exception, words the message must contain)
     ("varlen-activation", varlen(activation="gelu"), ValueError, ["activation"]),
     ("update-x-rank", update(x=jnp.ones((2, 4, 1, 1))), ValueError, ["x", "rank"]),
     ("update-state-rank", update(conv_state=jnp.ones((4, 3))), ValueError, ["conv_state", "rank 3"]),
-    ("update-state-dim", update(conv_state=jnp.ones((3, 5, 3))), ValueError, ["conv_state", "(3, 5, 3)"]),
+    ("update-state-dim", update(conv_state=jnp.ones((3, 5, 3))), ValueError,
+     ["conv_state", "(num_slots, dim, state_len)", "(3, 5, 3)"]),
+    ("update-x-layout", update(x=jnp.ones((2, 3, 4)), weight=jnp.ones((4, 2))), ValueError,
+     ["weight", "(3, width)", "channels_last=True"]),
+    ("update-state-layout", update(conv_state=jnp.ones((3, 3, 4))), ValueError,
+     ["conv_state", "(3, 3, 4)", "channels_last=True"]),
     ("update-state-len", update(conv_state=jnp.ones((3, 4, 2))), ValueError, ["state_len", "2"]),
     ("update-state-int", update(conv_state=jnp.ones((3, 4, 3), jnp.int32)), TypeError, ["conv_state"]),
     ("update-slots", update(conv_state=jnp.ones((1, 4, 3))), ValueError, ["conv_state", "slots"]),
@@ -114,6 +125,48 @@ def test_bad_input_raises_naming_the_argument(call, exc, words):
         call()
     for w in words:
         assert w in str(info.value), f"{w!r} not in {info.value}"
+
+
+def test_seq_idx_values_are_not_checked_and_combine_with_states():
+    """SPEC: seq_idx is an equality mask (no ordering), negative ids are
+    padding, and it combines with initial_states and return_final_states. No
+    value check may differ between eager and jit, so none is made."""
+    s = jnp.asarray([[3, 3, 1, 1, -1, 0, 0, 0, -1, -1]] * 2, jnp.int32)
+    h = jnp.ones((2, 4, 3))
+    V.check_conv(X, W4, None, None, s, h, False, None)  # eager arrays: accepted
+    V.check_conv(jnp.swapaxes(X, 1, 2), W4, None, None, s, jnp.swapaxes(h, 1, 2), True, None)
+    jax.jit(lambda x, s, h: jcc.causal_conv1d(x, W4, seq_idx=s, initial_states=h,
+                                               return_final_states=True)).lower(X, s, h)
+
+
+def test_channels_last_update_and_varlen_states_shapes():
+    """The channels-last decode layout: x (B, D) or (B, S, D), conv_state
+    (num_slots, state_len, D); varlen_states returns (N, state_len, D)."""
+    w = jnp.ones((4, 3))
+    for x in (jnp.ones((2, 4)), jnp.ones((2, 5, 4))):
+        assert V.check_update(x, jnp.ones((3, 6, 4)), w, None, None, None, "silu",
+                              channels_last=True) == "silu"
+    with pytest.raises(ValueError, match=r"conv_state must have shape \(num_slots, state_len, dim\) "
+                                         r"= \(num_slots, state_len, 4\).*\(3, 4, 6\).*channels_last=False"):
+        V.check_update(jnp.ones((2, 4)), jnp.ones((3, 4, 6)), w, None, None, None, None,
+                       channels_last=True)
+    with pytest.raises(ValueError, match="state_len must be >= width - 1 = 2, got state_len 1"):
+        V.check_update(jnp.ones((2, 4)), jnp.ones((3, 1, 4)), w, None, None, None, None,
+                       channels_last=True)
+    assert V.check_varlen_states(XT, CU, 5) == (2, 4, 5)
+    assert V.check_varlen_states(XT, CU, 5, channels_last=True) == (2, 5, 4)
+
+
+def test_messages_do_not_depend_on_the_array_type():
+    """numpy and jax arrays get the same words (the torch adapter's are
+    checked in test_torch.py)."""
+    import numpy as np
+    for make in (np.ones, jnp.ones):
+        with pytest.raises(TypeError, match="^x must be float32, float16, bfloat16 or float64, got int32$"):
+            V.check_conv(make((2, 4, 10), dtype=np.int32), W4, None, None, None, None, False, None)
+        with pytest.raises(ValueError, match=r"^initial_states must have shape \(2, 4, 3\) "
+                                             r"\(batch, dim, width - 1\), got \(2, 4, 2\)$"):
+            V.check_conv(make((2, 4, 10)), W4, None, None, None, make((2, 4, 2)), False, None)
 
 
 def test_errors_raise_at_trace_time_under_jit():

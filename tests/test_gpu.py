@@ -129,6 +129,102 @@ def test_small_varlen(dtype, W):
     check(fs, (x,), dtype, "varlen_states")
 
 
+EVERY_WIDTH = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 17, 32, 64, 128, 256]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", EVERY_WIDTH)
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_every_width_and_mode(dtype, W, cl):
+    """Every width, in one jitted function per shape: plain (residual, SiLU),
+    initial + final states, and seq_idx with padding, unordered ids and
+    initial states; forward and every gradient, GPU against the CPU kernels.
+    (2, 64, 520): whole aligned vectors (the hot families for W <= 4);
+    (2, 40, 301): rows that are not (the tile family); (1, 33, 1100):
+    several time tiles and a partial channel group."""
+    rng = np.random.default_rng(W * 3 + cl)
+    for (B, D, L) in [(2, 64, 520), (2, 40, 301), (1, 33, 1100)]:
+        x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
+        res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+        ids = np.sort(rng.integers(0, 6, (B, L)), axis=1)
+        ids[:, L // 3: L // 3 + 7] = -1            # padding in the middle
+        ids[:, -11:] = -1                          # and at the tail
+        ids[:, L // 2: L // 2 + 5] = 9             # an id that appears again later
+        ids[:, L // 2 + 30: L // 2 + 33] = 9
+        sidx = jnp.asarray(ids, jnp.int32)
+
+        def f(x, w, b, r, h):
+            y1 = jcc.causal_conv1d(x, w, b, activation="silu", residual=r, channels_last=cl,
+                                   backend="ffi")
+            outs = [y1]
+            if W > 1:
+                outs += list(jcc.causal_conv1d(x, w, b, initial_states=h, return_final_states=True,
+                                               channels_last=cl, backend="ffi"))
+                outs += list(jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
+                                               initial_states=h, return_final_states=True,
+                                               residual=r, channels_last=cl, backend="ffi"))
+            else:
+                outs.append(jcc.causal_conv1d(x, w, b, seq_idx=sidx, channels_last=cl, backend="ffi"))
+            return tuple(outs)
+
+        check(grads(f, (0, 1, 2, 3, 4) if W > 1 else (0, 1, 2, 3)), (x, w, b, res, init), dtype,
+              f"widths {B,D,L}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [2, 4, 5, 8, 17])
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_packed_edge_table(dtype, W, cl):
+    """The seq_idx edge cases of tests/test_packed.py (padding in the middle
+    and at the tail, ids not increasing or returning, one-token segments,
+    all-padding rows), one row each, as they are and stretched 40 times."""
+    from test_packed import EDGE_ROWS
+    table = np.stack([np.asarray(EDGE_ROWS[k], np.int32) for k in sorted(EDGE_ROWS)])
+    rng = np.random.default_rng(W + 7 * cl)
+    for ids in (table, np.repeat(table, 40, axis=1)):
+        B, L = ids.shape
+        x, w, b, init = inputs(rng, B, 20, L, W, dtype, cl)
+        res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+        sidx = jnp.asarray(ids)
+        f = lambda x, w, b, r, h: jcc.causal_conv1d(
+            x, w, b, activation="silu", seq_idx=sidx, initial_states=h, return_final_states=True,
+            residual=r, channels_last=cl, backend="ffi")
+        check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, f"packed {L}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [2, 4, 5])
+@pytest.mark.parametrize("S", [1, 3])
+def test_small_update_channels_last(dtype, W, S):
+    """Channels-last decode (x (B, S, D), state (N, state_len, D)) against the
+    CPU kernel, every mode; one token with state_len = W - 1 takes the
+    channels-last vector kernel."""
+    rng = np.random.default_rng(W * 10 + S + 1)
+    dt = DT[dtype]
+    for B, D, SL, slots in ((5, 36, max(W - 1, 0) + 2, 9), (6, 64, W - 1, 9), (130, 1024, W - 1, 131)):
+        x = jnp.asarray(rng.standard_normal((B, D) if S == 1 else (B, S, D)), dt)
+        st = jnp.asarray(rng.standard_normal((slots, SL, D)), dt)
+        w = jnp.asarray(rng.standard_normal((D, W)), dt)
+        b = jnp.asarray(rng.standard_normal((D,)), dt)
+        seqlens = jnp.asarray(rng.integers(-3, 50, B), jnp.int32)
+        idx = np.asarray(rng.permutation(slots)[:B], np.int32)
+        idx[1::7] = -1
+        for kw in ({}, {"cache_seqlens": seqlens}, {"conv_state_indices": jnp.asarray(idx)},
+                   {"cache_seqlens": seqlens, "conv_state_indices": jnp.asarray(idx)}):
+            f = lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu",
+                                                       channels_last=True, backend="ffi", **kw)
+            check(f, (x, st), dtype, f"update cl {sorted(kw)}")
+
+
+def test_small_varlen_states_channels_last():
+    rng = np.random.default_rng(2)
+    cu = jnp.asarray([0, 5, 5, 40, 41, 300], jnp.int32)
+    x = jnp.asarray(rng.standard_normal((300, 24)), jnp.bfloat16)
+    for sl in (1, 3, 7):
+        f = lambda x: jcc.causal_conv1d_varlen_states(x, cu, sl, channels_last=True, backend="ffi")
+        check(f, (x,), "bfloat16", "varlen_states cl")
+
+
 def check_update_modes(x, st, w, b, dtype, seqlens, idx):
     """GPU vs CPU kernel vs reference, rolling / circular, with and without slot
     indices (idx[1] == -1: a padding row, whose output must be zeros)."""

@@ -1,45 +1,21 @@
 """jax_causal_conv.torch (the Dao-compatible PyTorch adapter) against the
 plain-torch references: forward over dtypes x widths x layouts x seq_idx x
 states, gradients (and gradcheck in float64), the in-place decode update,
-varlen states, torch.compile(fullgraph=True), torch.library.opcheck and bad
-input. Skipped without torch; the CUDA cases are skipped without a CUDA device
-and a _jcc_cuda module that has the DLPack entry points."""
+varlen states and torch.compile(fullgraph=True). Skipped without torch; the
+CUDA cases (gpu mark) are skipped without a CUDA device and a _jcc_cuda
+module that has the DLPack entry points. Dao 1.7 fidelity, bad input and
+the dispatcher shortcuts have their own files (test_torch_*.py)."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import jax_causal_conv.torch as jt  # noqa: E402
+from jax_causal_conv.torch.layout import is_channel_last  # noqa: E402
+from torch_support import (DEVICES, DTYPES, HAS_CUDA, close, kernels, make_seq_idx,  # noqa: E402
+                           make_x, skip_f64_on_gpu)
 
-HAS_CUDA = torch.cuda.is_available() and jt._jcc_cuda is not None and hasattr(jt._jcc_cuda, "fwd")
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)] if HAS_CUDA else ["cpu"]
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64}
-# (rtol, atol) for results rounded once from a float32 accumulator.
-TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (2e-5, 2e-5),
-       torch.float16: (4e-3, 4e-3), torch.bfloat16: (2e-2, 2e-2)}
 WIDTHS = [1, 2, 3, 4, 5, 8]
-
-
-def close(a, b, dtype, scale=1.0):
-    rtol, atol = TOL[dtype]
-    torch.testing.assert_close(a.double().cpu(), b.double().cpu(), rtol=rtol, atol=atol * scale)
-
-
-def skip_f64_on_gpu(device, dtype):
-    if device == "cuda" and dtype == torch.float64:
-        pytest.skip("float64 is CPU-only")
-
-
-def make_x(B, D, L, dtype, device, channel_last, gen):
-    if channel_last:  # Dao's channel-last: a transposed (B, L, D) tensor
-        return torch.randn(B, L, D, generator=gen, dtype=torch.float32).to(device, dtype).transpose(1, 2)
-    return torch.randn(B, D, L, generator=gen, dtype=torch.float32).to(device, dtype)
-
-
-def make_seq_idx(B, L, device, gen):
-    return torch.sort(torch.randint(0, 4, (B, L), generator=gen), dim=1).values.to(device, torch.int32)
 
 
 # --- forward --------------------------------------------------------------------------
@@ -56,7 +32,7 @@ def test_forward_matches_reference(device, dtype, W, channel_last, variant):
     gen = torch.Generator().manual_seed(W * 7 + channel_last)
     B, D, L = 2, 24, 37
     x = make_x(B, D, L, dtype, device, channel_last, gen)
-    assert jt._is_channel_last(x) == channel_last
+    assert is_channel_last(x) == channel_last
     w = (torch.randn(D, W, generator=gen) / W**0.5).to(device, dtype)
     b = torch.randn(D, generator=gen).to(device, dtype)
     kw, rkw = {}, {}
@@ -75,13 +51,13 @@ def test_forward_matches_reference(device, dtype, W, channel_last, variant):
         close(fs, fr, dtype)
         assert fs.shape == (B, D, W - 1)
         # final states follow the initial states' layout
-        assert jt._is_channel_last(fs) == (not channel_last) or W <= 2
+        assert is_channel_last(fs) == (not channel_last) or W <= 2
     else:
         y, yr = out, ref
     close(y, yr, dtype, scale=max(1.0, yr.abs().max().item()))
     assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
     if L > 1 and D > 1:
-        assert jt._is_channel_last(y) == channel_last  # the output has x's layout
+        assert is_channel_last(y) == channel_last  # the output has x's layout
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -99,7 +75,7 @@ def test_final_states_layouts_and_out(device):
             close(fs, fr, torch.float32)
             # no initial states: Dao's default layout follows x
             y, fs = jt.causal_conv1d_fn(x, w, return_final_states=True)
-            assert jt._is_channel_last(fs) == channel_last
+            assert is_channel_last(fs) == channel_last
             close(fs, jt.causal_conv1d_ref(x, w, return_final_states=True)[1], torch.float32)
             # final_states_out is written in place and returned, in either layout
             for out_cl in (False, True):
@@ -132,7 +108,7 @@ def test_mixed_dtypes_and_strided_inputs(device):
     close(jt.causal_conv1d_fn(xs, w), jt.causal_conv1d_ref(xs, w), torch.float32)
     # a channel-last view with padded rows (stride(1) == 1, not dense)
     pad = torch.randn(B, L, D + 8, generator=gen).to(device)[:, :, :D].transpose(1, 2)
-    assert jt._is_channel_last(pad)
+    assert is_channel_last(pad)
     close(jt.causal_conv1d_fn(pad, w), jt.causal_conv1d_ref(pad, w), torch.float32)
     # a transposed weight view
     wt = torch.randn(W, D, generator=gen).to(device).T
@@ -222,23 +198,6 @@ def test_gradcheck_float64():
     s = torch.tensor([[0, 0, 1, 1, 1, 2], [0, 1, 1, 1, 1, 1]], dtype=torch.int32)
     assert torch.autograd.gradcheck(
         lambda x, w, b: jt.causal_conv1d_fn(x, w, b, seq_idx=s, activation="silu"), (xcl, w, b))
-
-
-def test_opcheck():
-    gen = torch.Generator().manual_seed(4)
-    B, D, L, W = 2, 8, 9, 4
-    x = torch.randn(B, D, L, generator=gen, requires_grad=True)
-    w = torch.randn(D, W, generator=gen, requires_grad=True)
-    b = torch.randn(D, generator=gen, requires_grad=True)
-    init = torch.randn(B, D, W - 1, generator=gen, requires_grad=True)
-    torch.library.opcheck(jt._fwd_op, (x, w, b, None, init, True, 1, False, False))
-    xcl = torch.randn(B, L, D, generator=gen).transpose(1, 2).requires_grad_()
-    torch.library.opcheck(jt._fwd_op, (xcl, w, None, None, None, True, 0, True, True))
-    state = torch.randn(B, D, W - 1, generator=gen)
-    torch.library.opcheck(jt._update_op, (torch.randn(B, D, 2, generator=gen), state, w.detach(),
-                                          None, 1, None, None))
-    cu = torch.tensor([0, 3, 3, 10], dtype=torch.int32)
-    torch.library.opcheck(jt._varlen_states_op, (torch.randn(10, D, generator=gen), cu, 4))
 
 
 # --- decode -------------------------------------------------------------------------------
@@ -379,162 +338,6 @@ def test_compile_inductor_forward():
     close(f(x, w), jt.causal_conv1d_ref(x, w, activation="silu") + 1, torch.float32)
 
 
-# --- the direct path (no dispatcher when nothing needs it) ------------------------------
-
-
-def test_call_takes_the_direct_path_only_when_nothing_needs_the_dispatcher():
-    class Spy:
-        used = None
-
-        def _init_fn(self, *args):
-            self.used = "direct"
-
-        def __call__(self, *args):
-            self.used = "op"
-
-    x = torch.randn(2, 3)
-    for arg, want in [(x, "direct"), (x.clone().requires_grad_(), "op")]:
-        spy = Spy()
-        jt._call(spy, arg, 1, None)
-        assert spy.used == want
-    spy = Spy()
-    with torch.no_grad():
-        jt._call(spy, x.clone().requires_grad_())
-    assert spy.used == "direct"
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    spy = Spy()
-    with FakeTensorMode():
-        jt._call(spy, torch.empty(2, 3))
-    assert spy.used == "op"
-    spy = Spy()
-    torch.func.vmap(lambda t: jt._call(spy, t) or t)(x)
-    assert spy.used == "op"
-
-
-def test_direct_path_matches_the_op_and_keeps_autograd_safety():
-    """Same results as through the op; the in-place state update still bumps
-    the state's version counter, so a graph that saved the state refuses to
-    backpropagate through values the update overwrote."""
-    gen = torch.Generator().manual_seed(11)
-    x, w, b = torch.randn(2, 8, 16, generator=gen), torch.randn(8, 4, generator=gen), torch.randn(8, generator=gen)
-    y_op = jt._fwd_op(x, w, b, None, None, False, 1, False, False)[0]
-    assert torch.equal(jt.causal_conv1d_fn(x, w, b, activation="silu"), y_op)
-    with torch.no_grad():
-        y = jt.causal_conv1d_fn(x.clone().requires_grad_(), w, b, activation="silu")
-    assert torch.equal(y, y_op) and not y.requires_grad
-    state = torch.randn(2, 8, 3, generator=gen)
-    a = torch.randn(2, 8, 3, generator=gen, requires_grad=True)
-    loss = (a * state).sum()  # saves state for its backward
-    v0 = state._version
-    jt.causal_conv1d_update(torch.randn(2, 8, generator=gen), state, w)
-    assert state._version > v0
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        loss.backward()
-
-
-# --- bad input ----------------------------------------------------------------------------
-
-
-def test_bad_inputs_raise():
-    x = torch.randn(2, 8, 10)
-    w = torch.randn(8, 4)
-    with pytest.raises(ValueError, match="activation"):
-        jt.causal_conv1d_fn(x, w, activation="relu")
-    with pytest.raises(NotImplementedError):  # Dao raises NotImplementedError
-        jt.causal_conv1d_fn(x, w, activation="gelu")
-    with pytest.raises(TypeError, match="x must be float32"):
-        jt.causal_conv1d_fn(x.int(), w)
-    with pytest.raises(TypeError, match="x must be float32"):
-        jt.causal_conv1d_fn(x.to(torch.complex64), w)
-    with pytest.raises(ValueError, match="x must have rank 3"):
-        jt.causal_conv1d_fn(x[0], w)
-    with pytest.raises(ValueError, match=r"weight must have shape \(dim, width\) = \(8, width\), got \(7, 4\)"):
-        jt.causal_conv1d_fn(x, torch.randn(7, 4))
-    with pytest.raises(ValueError, match="weight width"):
-        jt.causal_conv1d_fn(x, torch.randn(8, 0))
-    with pytest.raises(ValueError, match=r"bias must have shape \(8,\)"):
-        jt.causal_conv1d_fn(x, w, torch.randn(9))
-    with pytest.raises(TypeError, match="seq_idx must be int32, got torch.int64"):
-        jt.causal_conv1d_fn(x, w, seq_idx=torch.zeros(2, 10, dtype=torch.int64))
-    with pytest.raises(ValueError, match=r"seq_idx must have shape \(2, 10\)"):
-        jt.causal_conv1d_fn(x, w, seq_idx=torch.zeros(2, 9, dtype=torch.int32))
-    s = torch.zeros(2, 10, dtype=torch.int32)
-    with pytest.raises(ValueError, match="initial_states must be None if seq_idx"):
-        jt.causal_conv1d_fn(x, w, seq_idx=s, initial_states=torch.zeros(2, 8, 3))
-    with pytest.raises(ValueError, match="return_final_states"):
-        jt.causal_conv1d_fn(x, w, seq_idx=s, return_final_states=True)
-    with pytest.raises(ValueError, match=r"initial_states must have shape \(2, 8, 3\)"):
-        jt.causal_conv1d_fn(x, w, initial_states=torch.zeros(2, 8, 4))
-    with pytest.raises(TypeError, match="initial_states must have the dtype of x"):
-        jt.causal_conv1d_fn(x, w, initial_states=torch.zeros(2, 8, 3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="final_states_out must have shape"):
-        jt.causal_conv1d_fn(x, w, return_final_states=True, final_states_out=torch.zeros(2, 3, 8))
-    with pytest.raises(ValueError, match="weight is on meta but x is on cpu"):
-        jt.causal_conv1d_fn(x, w.to("meta"))
-    with pytest.raises(TypeError, match="weight must be a torch.Tensor"):
-        jt.causal_conv1d_fn(x, w.numpy())
-    # update
-    st = torch.zeros(2, 8, 3)
-    with pytest.raises(ValueError, match="state_len 2 must be >= width - 1 = 3"):
-        jt.causal_conv1d_update(x[..., 0], torch.zeros(2, 8, 2), w)
-    with pytest.raises(ValueError, match=r"conv_state must have shape \(batch, 8, state_len\)"):
-        jt.causal_conv1d_update(x[..., 0], torch.zeros(2, 7, 3), w)
-    with pytest.raises(ValueError, match="pass conv_state_indices"):
-        jt.causal_conv1d_update(x[..., 0], torch.zeros(1, 8, 3), w)
-    with pytest.raises(TypeError, match="cache_seqlens must be int32"):
-        jt.causal_conv1d_update(x[..., 0], st, w, cache_seqlens=torch.zeros(2, dtype=torch.int64))
-    with pytest.raises(ValueError, match=r"conv_state_indices\[1\] = 5 is outside \[-1, 2\)"):
-        jt.causal_conv1d_update(x[..., 0], st, w, conv_state_indices=torch.tensor([0, 5], dtype=torch.int32))
-    with pytest.raises(TypeError, match="conv_state must have the dtype of x"):
-        jt.causal_conv1d_update(x[..., 0], st.double(), w)
-    # varlen states: offsets are checked on the host for CPU tensors
-    with pytest.raises(ValueError, match="cu_seqlens must start at 0"):
-        jt.causal_conv1d_varlen_states(torch.randn(6, 8), torch.tensor([1, 6], dtype=torch.int32), 3)
-    with pytest.raises(ValueError, match="cu_seqlens must end at the total length 6"):
-        jt.causal_conv1d_varlen_states(torch.randn(6, 8), torch.tensor([0, 5], dtype=torch.int32), 3)
-    with pytest.raises(ValueError, match="non-decreasing"):
-        jt.causal_conv1d_varlen_states(torch.randn(6, 8), torch.tensor([0, 4, 2, 6], dtype=torch.int32), 3)
-    with pytest.raises(TypeError, match="cu_seqlens must be an integer tensor"):
-        jt.causal_conv1d_varlen_states(torch.randn(6, 8), torch.tensor([0.0, 6.0]), 3)
-
-
-def test_dlpack_entry_points_validate():
-    """The C++ entry points check what they are given, even when called directly."""
-    m = jt._jcc_cpu
-    x = torch.randn(2, 8, 10)
-    w = torch.randn(1, 8, 4)
-    y = torch.empty_like(x)
-    args = [None, None, None, None, None]
-    with pytest.raises(ValueError, match="x must have a unit-stride last axis"):
-        m.fwd(x.transpose(1, 2), w, *args, y, None, 0, 0, False, False)
-    with pytest.raises(TypeError, match="x must be float32, float16, bfloat16 or float64, got int32"):
-        m.fwd(x.int(), w, *args, y, None, 0, 0, False, False)
-    with pytest.raises(ValueError, match=r"weight has shape \(1, 7, 4\), expected \(1, 8, 4\)"):
-        m.fwd(x, w[:, :7].contiguous(), *args, y, None, 0, 0, False, False)
-    with pytest.raises(ValueError, match="weight must have rank 3"):
-        m.fwd(x, w[0], *args, y, None, 0, 0, False, False)
-    with pytest.raises(ValueError, match="y has shape"):
-        m.fwd(x, w, *args, y[:, :, :5].contiguous(), None, 0, 0, False, False)
-    with pytest.raises(TypeError, match="y must have the dtype of x"):
-        m.fwd(x, w, *args, y.double(), None, 0, 0, False, False)
-    with pytest.raises(ValueError, match="activation must be 0"):
-        m.fwd(x, w, *args, y, None, 7, 0, False, False)
-    with pytest.raises(ValueError, match="seq_idx has shape"):
-        m.fwd(x, w, None, None, torch.zeros(2, 9, dtype=torch.int32), None, None, y, None, 0, 1,
-              False, False)
-    with pytest.raises(ValueError, match="final_states has shape"):
-        m.fwd(x, w, *args, y, torch.empty(2, 8, 4), 0, 0, False, False)
-    with pytest.raises(TypeError, match="incompatible function arguments"):
-        m.fwd("x", w, *args, y, None, 0, 0, False, False)
-    # bwd: outputs must be there
-    with pytest.raises(ValueError, match="dbias is required"):
-        m.bwd(x, w, torch.randn(1, 8), None, None, None, x, None, torch.empty_like(x),
-              torch.empty_like(w), None, None, 0, 0, False, False)
-    # a well-formed direct call works
-    m.fwd(x, w, *args, y, None, 1, 0, False, False)
-    close(y, jt.causal_conv1d_ref(x, w[0], activation="silu"), torch.float32)
-
-
 # --- CUDA specifics -----------------------------------------------------------------------
 
 
@@ -570,5 +373,6 @@ def test_cuda_bad_inputs():
     with pytest.raises(ValueError, match="weight is on cpu but x is on cuda"):
         jt.causal_conv1d_fn(x, w.cpu())
     with pytest.raises(ValueError, match="expected 'cuda'"):
-        jt._jcc_cuda.fwd(x.cpu(), w[None].cpu(), None, None, None, None, None, x.cpu(), None, 0, 0,
+        kernels.CUDA.mod.fwd(x.cpu(), w[None].cpu(), None, None, None, None, None, x.cpu(), None, 0, 0,
                          False, False, stream=0)
+

@@ -10,7 +10,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from . import _validate as V
+from . import validation as V
 from . import reference
 from ._lowering import batching
 from ._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import _validate as V
+from . import validation as V
 from . import reference
 from ._lowering import batching
 from ._lowering.config import UpdateConfig

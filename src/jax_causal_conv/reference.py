@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import _validate as V
+from . import validation as V
 
 __all__ = [
     "causal_conv1d",

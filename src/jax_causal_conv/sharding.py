@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from . import _validate as V
+from . import validation as V
 from ._lowering.partitioning import ShardingFallbackWarning
 from .conv import causal_conv1d, causal_conv1d_varlen
 from .decode import causal_conv1d_update, causal_conv1d_varlen_states

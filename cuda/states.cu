@@ -1,0 +1,244 @@
+// The small kernels around the convolution, one block per state row:
+//   FinalStatesKernel: final_states (forward);
+//   StatesGradKernel: dinitial_states, and the final-states cotangent added
+//     to dx / dinitial_states (backward, after the main kernel wrote dx);
+//   ReduceKernel: dweight/dbias from the per-block partial sums, in a fixed
+//     order (deterministic).
+// A state row's "final window" is the H inputs final_states copies: the
+// last H steps of its sequence (kRow: the row; kVarlen: sequence n; kSeqIdx:
+// the row's last non-padding sequence, ending at its last valid token), each
+// counting only when it belongs to that sequence (else 0), steps before the
+// sequence read its initial states.
+#include <algorithm>
+
+#include "launchers.h"
+#include "sequences.cuh"
+
+namespace jcc::cuda {
+namespace {
+
+constexpr int kStatesThreads = 256;
+
+// Where state row r's sequence lies in batch row b: [lo, e) with e the end
+// of its last valid step; for kSeqIdx its id (`any` false: no valid step).
+struct StateSeq {
+  int64_t b, lo, e;
+  int32_t id, hist_id;
+  bool any;
+};
+
+// Block-wide: the state row's sequence (every thread gets the same answer).
+__device__ StateSeq LocateStateSeq(const ConvArgs& a, int64_t r) {
+  StateSeq s{r, 0, a.len, 0, kNoId, true};
+  if (a.mode == SegmentMode::kVarlen) {
+    const int64_t N = a.num_seqs;
+    s.b = r / N;
+    const int64_t n = r - s.b * N;
+    const int32_t* cu = a.cu_seqlens + s.b * (N + 1);
+    s.lo = n == 0 ? 0 : VarlenBound(a, cu, n - 1);
+    s.e = Max64(VarlenBound(a, cu, n), s.lo);
+  } else if (a.mode == SegmentMode::kSeqIdx) {
+    __shared__ unsigned long long end;  // 1 + the last valid step, 0 if none
+    if (threadIdx.x == 0) end = 0;
+    __syncthreads();
+    const int32_t* sid = a.seq_idx + r * a.len;
+    unsigned long long mine = 0;
+    for (int64_t t = threadIdx.x; t < a.len; t += blockDim.x)
+      if (sid[t] >= 0) mine = (unsigned long long)(t + 1);
+    if (mine) atomicMax(&end, mine);
+    __syncthreads();
+    s.e = int64_t(end);
+    s.any = s.e > 0;
+    s.id = s.any ? sid[s.e - 1] : kNoId;
+    s.hist_id = HistoryId(a, r);
+    s.lo = INT64_MIN / 4;  // ids decide
+    __syncthreads();  // `end` is reused by the next row
+  }
+  return s;
+}
+
+// Final-window slot j of state row r: the step it copies (`step` >= 0), or
+// the initial-states slot (`init_j` >= 0), or neither (a zero).
+struct FinalSlot {
+  int64_t step;   // >= 0: x at this step
+  int64_t init_j; // >= 0: initial_states[r, :, init_j]
+};
+
+__device__ __forceinline__ FinalSlot FinalSlotOf(const ConvArgs& a, const StateSeq& s, int64_t j) {
+  const int64_t H = a.width - 1;
+  FinalSlot f{-1, -1};
+  if (a.mode == SegmentMode::kSeqIdx && !s.any) {  // no valid step: the initial states
+    if (a.initial_states) f.init_j = j;
+    return f;
+  }
+  const int64_t q = s.e - H + j;
+  if (a.mode == SegmentMode::kSeqIdx) {
+    const int32_t id = IdAt(a, s.b, q, s.hist_id);
+    if (id != s.id) return f;
+    if (q >= 0) f.step = q;
+    else f.init_j = q + H;  // (a matching id before 0 means initial states exist)
+    return f;
+  }
+  const int64_t lo = a.mode == SegmentMode::kVarlen ? s.lo : 0;
+  if (q >= lo) f.step = q;
+  else if (a.initial_states) f.init_j = q - lo + H;
+  return f;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kStatesThreads) FinalStatesKernel(const ConvArgs a) {
+  const int64_t H = a.width - 1, D = a.dim;
+  const T* x = static_cast<const T*>(a.x);
+  const T* init = static_cast<const T*>(a.initial_states);
+  T* fin = static_cast<T*>(a.final_states);
+  const Layout3 xl = a.x_layout(), sl = a.state_layout();
+  for (int64_t r = blockIdx.x; r < a.num_states; r += gridDim.x) {
+    const StateSeq s = LocateStateSeq(a, r);
+    for (int64_t i = threadIdx.x; i < D * H; i += blockDim.x) {
+      const int64_t d = sl.s_chan == 1 ? i % D : i / H, j = sl.s_chan == 1 ? i / D : i % H;
+      const FinalSlot f = FinalSlotOf(a, s, j);
+      float v = 0.f;
+      if (f.step >= 0) v = ToF(x[xl.At(s.b, d, f.step)]);
+      else if (f.init_j >= 0) v = ToF(init[sl.At(r, d, f.init_j)]);
+      fin[sl.At(r, d, j)] = FromF<T>(v);
+    }
+  }
+}
+
+// g at step t of row b, channel d, under the masks (for the initial-state
+// gradient: steps reading the history). hrow: the sequence's initial-states
+// row; start: its first step (kVarlen), else 0.
+template <typename T>
+__device__ float GradAt(const ConvArgs& a, int64_t b, int64_t d, int64_t t, int64_t start,
+                        int64_t hrow, int32_t hist_id) {
+  const int W = int(a.width), H = W - 1;
+  const T* x = static_cast<const T*>(a.x);
+  const T* dy = static_cast<const T*>(a.dy);
+  const Layout3 xl = a.x_layout(), io = a.io_layout(), sl = a.state_layout();
+  const int64_t wrow = (b / a.batch_per_group()) * a.dim + d;
+  auto x_at = [&](int64_t p) -> float {
+    if (p >= 0) return ToF(x[xl.At(b, d, p)]);
+    return a.mode == SegmentMode::kVarlen || !a.initial_states
+               ? 0.f : LoadState<T>(a, a.initial_states, b, d, p + H);
+  };
+  auto w_at = [&](int k) { return LoadAnyF(a.weight, a.w_dtype, wrow * W + k); };
+  auto id_at = [&](int64_t p) { return IdAt(a, b, p, hist_id); };
+  const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
+  float pre;
+  if (!MaskedPre<T>(a, t, W, bias, x_at, w_at, id_at, start, hrow, d, &pre)) return 0.f;
+  return ActGrad(pre, ToF(dy[io.At(b, d, t)]), a.act == Activation::kSilu);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArgs a) {
+  const int W = int(a.width), H = W - 1;
+  const int64_t D = a.dim;
+  const T* dfin = static_cast<const T*>(a.dfinal_states);
+  T* dinit = static_cast<T*>(a.dinitial_states);
+  T* dx = static_cast<T*>(a.dx);
+  const Layout3 io = a.io_layout(), sl = a.state_layout();
+  for (int64_t r = blockIdx.x; r < a.num_states; r += gridDim.x) {
+    const StateSeq s = LocateStateSeq(a, r);
+    const int64_t lo = a.mode == SegmentMode::kVarlen ? s.lo : 0;
+    const int64_t hrow = a.mode == SegmentMode::kVarlen && a.initial_states ? r : -1;
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      const int64_t wrow = (s.b / a.batch_per_group()) * D + d;
+      float acc[kMaxWidth];  // dinitial_states[r, d, :]
+      for (int j = 0; j < H; ++j) acc[j] = 0.f;
+      if (dinit) {
+        // History slot j is read by outputs t = lo + j - k of the sequence
+        // (kSeqIdx: those with the history's id).
+        for (int64_t t = lo; t < Min64(lo + H, s.e); ++t) {
+          if (a.mode == SegmentMode::kSeqIdx && IdAt(a, s.b, t, s.hist_id) != s.hist_id) continue;
+          const float g = GradAt<T>(a, s.b, d, t, lo, hrow, s.hist_id);
+          for (int j = int(t - lo); j < H; ++j)
+            acc[j] += LoadAnyF(a.weight, a.w_dtype, wrow * W + (j - (t - lo))) * g;
+        }
+      }
+      if (dfin) {
+        for (int j = 0; j < H; ++j) {
+          const FinalSlot f = FinalSlotOf(a, s, j);
+          const float gf = ToF(dfin[sl.At(r, d, j)]);
+          if (f.step >= 0) {
+            T* p = dx + io.At(s.b, d, f.step);
+            *p = FromF<T>(ToF(*p) + gf);
+          } else if (f.init_j >= 0) {
+            acc[f.init_j] += gf;
+          }
+        }
+      }
+      if (dinit)
+        for (int j = 0; j < H; ++j) dinit[sl.At(r, d, j)] = FromF<T>(acc[j]);
+    }
+  }
+}
+
+// dweight[g, d, k] (k < W) and dbias[g, d] (k == W) from the workspace
+// ws[g][part][d][W + 1], summed over parts in a fixed order.
+__global__ void ReduceKernel(const ConvArgs a, const float* ws, int64_t nparts) {
+  constexpr int kLanes = 8;
+  __shared__ float part[kLanes][32];
+  const int64_t W1 = a.width + 1, cols_per_group = a.dim * W1;
+  const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  const bool ok = col < a.groups * cols_per_group;
+  const int64_t grp = ok ? col / cols_per_group : 0, rem = col % cols_per_group;
+  float s = 0.f;
+  if (ok)
+    for (int64_t p = threadIdx.y; p < nparts; p += kLanes)
+      s += ws[(grp * nparts + p) * cols_per_group + rem];
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && ok) {
+    float t = 0.f;
+    for (int i = 0; i < kLanes; ++i) t += part[i][threadIdx.x];
+    const int64_t d = rem / W1, k = rem % W1;
+    if (k < a.width) StoreAnyF(a.dweight, a.w_dtype, (grp * a.dim + d) * a.width + k, t);
+    else if (a.dbias) StoreAnyF(a.dbias, a.b_dtype, grp * a.dim + d, t);
+  }
+}
+
+template <typename T>
+cudaError_t FinalStatesT(const ConvArgs& a, cudaStream_t stream) {
+  const unsigned blocks = unsigned(Min64(a.num_states, 65536));
+  FinalStatesKernel<T><<<blocks, kStatesThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t StatesGradT(const ConvArgs& a, cudaStream_t stream) {
+  const unsigned blocks = unsigned(Min64(a.num_states, 65536));
+  StatesGradKernel<T><<<blocks, kStatesThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t FinalStates(const ConvArgs& a, cudaStream_t stream) {
+  if (!a.final_states || a.width < 2 || a.num_states == 0 || a.dim == 0) return cudaSuccess;
+  switch (a.x_dtype) {
+    case DType::kF32: return FinalStatesT<float>(a, stream);
+    case DType::kF16: return FinalStatesT<__half>(a, stream);
+    case DType::kBF16: return FinalStatesT<__nv_bfloat16>(a, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+cudaError_t StatesGrad(const ConvArgs& a, cudaStream_t stream) {
+  if ((!a.dinitial_states && !a.dfinal_states) || a.width < 2 || a.num_states == 0 || a.dim == 0)
+    return cudaSuccess;
+  switch (a.x_dtype) {
+    case DType::kF32: return StatesGradT<float>(a, stream);
+    case DType::kF16: return StatesGradT<__half>(a, stream);
+    case DType::kBF16: return StatesGradT<__nv_bfloat16>(a, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+cudaError_t ReduceWeightGrads(const ConvArgs& a, const float* ws, int64_t nparts, cudaStream_t stream) {
+  const int64_t cols = a.groups * a.dim * (a.width + 1);
+  if (cols == 0) return cudaSuccess;
+  ReduceKernel<<<unsigned(CeilDiv(cols, 32)), dim3(32, 8), 0, stream>>>(a, ws, nparts);
+  return cudaGetLastError();
+}
+
+}  // namespace jcc::cuda

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One development pass on the GPU machine, everything logged to $OUT:
+# build (sm_90), the GPU tests in three processes beside compute-sanitizer
+# memcheck on the probe, then the given commands (timings on an idle GPU).
+#   tools/dev_run.sh "PYTEST_K" "cmd1" "cmd2" ...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
+t0=$SECONDS
+bash tools/device_build.sh || exit 1
+K=${1:-}; shift || true
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+T=${TEST_TIMEOUT:-330}
+( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 tests/test_gpu.py ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
+  timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
+    > "$OUT/memcheck.log" 2>&1 &
+  wait )
+echo "tests: $(tail -1 "$OUT/test_gpu.log") after $((SECONDS - t0)) s"
+grep -E "^(FAILED|ERROR)" "$OUT/test_gpu.log" | head -20
+grep -h -B2 -A12 "^_____" "$OUT/test_gpu.log" | grep -E "^E " | head -20
+echo "memcheck: $(grep -m1 'PROBE OK' "$OUT/memcheck.log") | $(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log")"
+grep -m5 -E "Invalid|Error|assert" "$OUT/memcheck.log" | head -5
+for cmd in "$@"; do
+  echo "== $cmd"
+  timeout 300 bash -c "$cmd" 2>&1 | grep -vE "^(WARNING|I0000|E0000|W0000)" | tail -60
+done
+echo "total: $((SECONDS - t0)) s"
