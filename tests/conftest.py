@@ -1,6 +1,13 @@
 import os
 
-import jax
+# 8 virtual CPU devices for tests/test_sharding.py. XLA reads the flag when jax
+# first initialises its backends, so it is set before anything imports jax;
+# every other test runs on device 0 as before.
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=8").strip()
+
+import jax  # noqa: E402
 
 # float64 gradient checks need x64; every test names its dtypes explicitly.
 jax.config.update("jax_enable_x64", True)

@@ -30,7 +30,7 @@ This module imports flax; ``import jax_causal_conv`` itself does not.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import flax.core
 import flax.linen as nn
@@ -44,6 +44,10 @@ __all__ = ["CausalConv1d", "accept", "default_kernel_init"]
 # lecun-normal over the depthwise fan-in: each output channel sees W inputs.
 default_kernel_init = nn.initializers.variance_scaling(
     1.0, "fan_in", "truncated_normal", in_axis=1, out_axis=0)
+
+
+def _annotated(init, axes):
+    return init if axes is None else nn.with_logical_partitioning(init, tuple(axes))
 
 
 def conv_apply(x, kernel, bias, *, activation, residual, cache, dtype, backend, seq_idx=None,
@@ -99,6 +103,10 @@ class CausalConv1d(nn.Module):
       dtype: computation dtype (default: inferred from inputs and params).
       param_dtype: dtype of ``kernel`` and ``bias``.
       kernel_init / bias_init: initialisers of ``kernel`` (D, W) and ``bias`` (D,).
+      kernel_axes / bias_axes: logical axis names of ``kernel`` (2 names) and
+        ``bias`` (1 name), e.g. ``("embed", None)`` and ``("embed",)``: the params
+        are created boxed by ``nn.with_logical_partitioning`` for
+        ``nn.logical_to_mesh_sharding``. Default: no annotation.
       backend: ``"auto"``, ``"ffi"`` or ``"xla"`` (see :func:`causal_conv1d`).
       speculative_tokens: K, the most tokens of one decode call that
         :meth:`accept` may reject; K > 0 makes the cache a ring of W-1+K inputs.
@@ -112,6 +120,8 @@ class CausalConv1d(nn.Module):
     param_dtype: Any = jnp.float32
     kernel_init: Callable = default_kernel_init
     bias_init: Callable = nn.initializers.zeros_init()
+    kernel_axes: Optional[Tuple[Optional[str], ...]] = None
+    bias_axes: Optional[Tuple[Optional[str], ...]] = None
     backend: str = "auto"
     speculative_tokens: int = 0
 
@@ -123,10 +133,10 @@ class CausalConv1d(nn.Module):
         if x.ndim != 3 or x.shape[-1] != self.features:
             raise ValueError(f"CausalConv1d: x must be (B, L, D={self.features}), got shape "
                              f"{x.shape}")
-        kernel = self.param("kernel", self.kernel_init, (self.features, self.kernel_size),
-                            self.param_dtype)
-        bias = (self.param("bias", self.bias_init, (self.features,), self.param_dtype)
-                if self.use_bias else None)
+        kernel = self.param("kernel", _annotated(self.kernel_init, self.kernel_axes),
+                            (self.features, self.kernel_size), self.param_dtype)
+        bias = (self.param("bias", _annotated(self.bias_init, self.bias_axes), (self.features,),
+                           self.param_dtype) if self.use_bias else None)
         if not decode:
             y, _ = conv_apply(x, kernel, bias, activation=self.activation, residual=residual,
                               cache=None, dtype=self.dtype, backend=self.backend,

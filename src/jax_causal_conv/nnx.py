@@ -23,7 +23,7 @@ This module imports flax; ``import jax_causal_conv`` itself does not.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 import jax.numpy as jnp
 from flax import nnx
@@ -34,6 +34,10 @@ from .flax import conv_apply, default_kernel_init
 __all__ = ["CausalConv1d", "accept"]
 
 _data = getattr(nnx, "data", lambda v: v)  # flax >= 0.11 wants None-or-Variable attrs marked
+
+
+def _annotated(init, axes):
+    return init if axes is None else nnx.with_partitioning(init, tuple(axes))
 
 
 def _get(var):  # flax >= 0.12 deprecates .value
@@ -58,6 +62,10 @@ class CausalConv1d(nnx.Module):
       dtype: computation dtype (default: inferred from inputs and params).
       param_dtype: dtype of ``kernel`` (D, W) and ``bias`` (D,).
       kernel_init / bias_init: their initialisers.
+      kernel_axes / bias_axes: sharding names of ``kernel`` (2 entries) and
+        ``bias`` (1 entry), logical or mesh axes, e.g. ``("embed", None)`` and
+        ``("embed",)``, attached with ``nnx.with_partitioning`` (read back by
+        ``nnx.get_partition_spec``). Default: no annotation.
       backend: ``"auto"``, ``"ffi"`` or ``"xla"`` (see :func:`causal_conv1d`).
       speculative_tokens: K, the most tokens of one decode call that
         :meth:`accept` may reject; K > 0 makes the cache a ring of W-1+K inputs.
@@ -67,7 +75,9 @@ class CausalConv1d(nnx.Module):
     def __init__(self, features: int, kernel_size: int = 4, *, use_bias: bool = True,
                  activation: Optional[str] = None, dtype: Optional[Any] = None,
                  param_dtype: Any = jnp.float32, kernel_init: Callable = default_kernel_init,
-                 bias_init: Callable = nnx.initializers.zeros_init(), backend: str = "auto",
+                 bias_init: Callable = nnx.initializers.zeros_init(),
+                 kernel_axes: Optional[Tuple[Optional[str], ...]] = None,
+                 bias_axes: Optional[Tuple[Optional[str], ...]] = None, backend: str = "auto",
                  speculative_tokens: int = 0, rngs: nnx.Rngs):
         if not isinstance(speculative_tokens, int) or speculative_tokens < 0:
             raise ValueError("CausalConv1d: speculative_tokens must be an int >= 0, got "
@@ -79,6 +89,8 @@ class CausalConv1d(nnx.Module):
         self.dtype = dtype
         self.param_dtype = param_dtype
         self.backend = backend
+        kernel_init, bias_init = _annotated(kernel_init, kernel_axes), _annotated(bias_init,
+                                                                                  bias_axes)
         self.kernel = nnx.Param(kernel_init(rngs.params(), (features, kernel_size), param_dtype))
         self.bias = _data(nnx.Param(bias_init(rngs.params(), (features,), param_dtype))
                           if use_bias else None)
