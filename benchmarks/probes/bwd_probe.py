@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_causal_conv as jcc
-from benchmarks.bench import device_events
+from benchmarks.timing import device_events
 
 rng = np.random.default_rng(0)
 for shape, act in (((8, 4096, 4096), None), ((8, 4096, 4096), "silu"), ((4, 2048, 16384), None)):

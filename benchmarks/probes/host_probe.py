@@ -15,7 +15,8 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from benchmarks.bench import decode_stepper, timeit, timeit_pair
+from benchmarks.decode_step import decode_stepper
+from benchmarks.timing import timeit, timeit_pair
 from benchmarks.probes.trace_probe import host_summary
 
 rng = np.random.default_rng(0)

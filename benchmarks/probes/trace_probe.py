@@ -17,7 +17,8 @@ from jax import lax
 
 import jax_causal_conv as jcc
 from jax_causal_conv._lowering import targets as _ffi
-from benchmarks.bench import batched, decode_stepper, device_events, timeit, trace_planes
+from benchmarks.decode_step import decode_stepper
+from benchmarks.timing import batched, device_events, timeit, trace_planes
 
 
 def summarize(title, ev, steps):

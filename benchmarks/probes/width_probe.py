@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_causal_conv as jcc
-from benchmarks.bench import device_busy_us
+from benchmarks.timing import device_busy_us
 
 
 def main():
