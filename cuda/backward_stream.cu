@@ -58,17 +58,10 @@ __global__ void __launch_bounds__(kStreamThreads)
 
   for (int64_t ci = pl.first_chunk; ci < chunk_end; ++ci) {
     const int64_t c0 = ci * S::kChunk;
-    if constexpr (kMasked) {
-      __syncthreads();  // the previous chunk's readers are done
-      sids.Stage(a, b, c0, hist);
-      __syncthreads();
-      sids.Summarise();
-      __syncthreads();
-    }
-    if (!pl.live) continue;  // whole warps; they still join the barriers above
-
-    // All loads first: xr[j + 1] = x vector j (j = -1 .. V: before the chunk,
-    // its vectors, after it), dyr[j] = dy vector j (j = 0 .. V).
+    // All loads first, before the ids' barriers so that both are in flight
+    // at once (a warp past the last channel reads channel 0, in bounds):
+    // xr[j + 1] = x vector j (j = -1 .. V: before the chunk, its vectors,
+    // after it), dyr[j] = dy vector j (j = 0 .. V).
     uint4 xr[V + 2], dyr[V + 1];
     xr[0] = kQ > 0 && lane >= 32 - kQ ? LoadVectorBefore<T>(a, xrow, b, d, c0 - (32 - lane) * N) : zero;
 #pragma unroll
@@ -78,6 +71,14 @@ __global__ void __launch_bounds__(kStreamThreads)
       xr[j + 1] = ok ? LoadRaw16(xrow + t) : zero;
       dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
     }
+    if constexpr (kMasked) {
+      __syncthreads();  // the previous chunk's readers are done
+      sids.Stage(a, b, c0, hist);
+      __syncthreads();
+      sids.Summarise();
+      __syncthreads();
+    }
+    if (!pl.live) continue;  // whole warps; they still join the barriers above
 
     // g of vector j (j == V: the vector after the chunk, lanes < kQ), and
     // for j < V this vector's share of dweight/dbias. Every lane calls it.

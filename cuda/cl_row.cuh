@@ -136,7 +136,9 @@ using ClIdsOf = std::conditional_t<kMasked, ClIds<kSteps>, NoClIds>;
 template <typename T, typename Ids>
 __device__ __forceinline__ float MaskedClHistory(const ConvArgs& a, const Ids& ids, int64_t b,
                                                  int64_t t, int k, int H, int32_t id, int64_t c) {
-  if (a.mode != SegmentMode::kVarlen || !a.initial_states) return 0.f;
+  // id < 0: an output past the row's end (the backward computes its taps
+  // before knowing it is dead); it has no sequence, hence no history.
+  if (a.mode != SegmentMode::kVarlen || !a.initial_states || id < 0) return 0.f;
   const int64_t p = t - H + k, start = ids.Start(t);
   return LoadState<T>(a, a.initial_states, b * a.num_seqs + id, c, p - start + H);
 }

@@ -36,13 +36,9 @@ __global__ void __launch_bounds__(kClX * kClY)
   const int64_t D = a.dim, L = a.len;
   const ClBlock blk = LocateClBlock<kV>(a.dim, nchunk);
   const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
-  if constexpr (kMasked) {
-    ids.Stage(a, b, chunk * kBlockSteps);
-    __syncthreads();
-  }
   const int64_t ts = (chunk * kClY + threadIdx.y) * kClFwdSteps;
   const int64_t te = Min64(L, ts + kClFwdSteps);
-  if (c0 >= D || ts >= te) return;
+  const bool mine = c0 < D && ts < te;
   const int W = int(a.width), pad = kW - W;
   const T* xb = static_cast<const T*>(a.x) + b * L * D + c0;
   const T* rb = has_res ? static_cast<const T*>(a.residual) + b * L * D + c0 : nullptr;
@@ -57,7 +53,13 @@ __global__ void __launch_bounds__(kClX * kClY)
     }
     CpAsyncCommit();
   };
-  stage_group(ts, 0);  // in flight while the weights and history load
+  // in flight while the ids, the weights and the history load
+  if (mine) stage_group(ts, 0);
+  if constexpr (kMasked) {
+    ids.Stage(a, b, chunk * kBlockSteps);
+    __syncthreads();
+  }
+  if (!mine) return;  // (after the block's barrier)
 
   float w[kW][kV], bias[kV];
   LoadClTaps<kW, kV>(a, (b / a.batch_per_group()) * D + c0, pad, w, bias);

@@ -26,17 +26,13 @@ __global__ void __launch_bounds__(kStreamThreads)
   const int lane = threadIdx.x & 31;
   const int64_t L = a.len, c0 = pl.first_chunk * S::kChunk, b = pl.b, d = pl.live ? pl.d : 0;
   const int W = int(a.width), pad = kW - W, q_real = (W - 1 + N - 1) / N;
-  if constexpr (kMasked) {
-    sids.Stage(a, b, c0, HistoryId(a, b));
-    __syncthreads();
-    sids.Summarise();
-    __syncthreads();
-  }
-  if (!pl.live) return;  // (after the block's barriers; whole warps)
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
 
-  // All loads first: xr[j + 1] = vector j, xr[0] = the vector before the chunk.
+  // All loads first, before the ids' barriers so that both are in flight at
+  // once (a warp past the last channel reads channel 0, in bounds, and
+  // leaves after the barriers): xr[j + 1] = vector j, xr[0] = the vector
+  // before the chunk.
   uint4 xr[V + 1], rr[V];
   const uint4 zero = make_uint4(0, 0, 0, 0);
   xr[0] = kQ > 0 && lane >= 32 - kQ ? LoadVectorBefore<T>(a, xrow, b, d, c0 - (32 - lane) * N) : zero;
@@ -55,6 +51,13 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
   float w[kW];
   const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
+  if constexpr (kMasked) {
+    sids.Stage(a, b, c0, HistoryId(a, b));
+    __syncthreads();
+    sids.Summarise();
+    __syncthreads();
+  }
+  if (!pl.live) return;  // (after the block's barriers; whole warps)
   if constexpr (kMasked) {
     if (lane == 0)
 #pragma unroll

@@ -3,9 +3,14 @@
 kernel), compared with the CPU kernels, small enough to run under
 compute-sanitizer:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu_sanitize_probe.py
+    compute-sanitizer --tool memcheck python3 tests/gpu_sanitize_probe.py [PART NPARTS]
+
+A fault leaves the process's CUDA context unusable, so the cases can be split
+into NPARTS processes (this one runs every NPARTS-th case from PART): one
+faulty kernel then hides only the cases after it in its own part.
 """
 import inspect
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +22,15 @@ cpu = jax.devices("cpu")[0]
 # (channels-last decode in the public API: present once the serving work lands)
 CL_DECODE = "channels_last" in inspect.signature(jcc.causal_conv1d_update).parameters
 rng = np.random.default_rng(0)
-n = 0
+PART, NPARTS = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else (0, 1)
+CASES = []  # (what, thunk)
+
+
+def case(what):
+    def add(fn):
+        CASES.append((what, fn))
+        return fn
+    return add
 
 
 def agree(out, ref, dt, what):
@@ -29,6 +42,13 @@ def agree(out, ref, dt, what):
 
 CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (2, 12, 520), 4, False, "states"),   # streaming, one partial chunk
+    (jnp.bfloat16, (2, 8, 1040), 2, False, "seq"),      # streaming, masked
+    (jnp.float32, (1, 4, 4360), 5, False, "seq"),       # streaming, masked, bucket 5, spans
+    (jnp.bfloat16, (2, 8, 2056), 8, False, "states"),   # streaming, bucket 8
+    (jnp.bfloat16, (2, 4, 1032), 11, False, "seq"),     # streaming, bucket 12 (a leading pad tap)
+    (jnp.float32, (1, 8, 800), 16, False, "states"),    # streaming, bucket 16
+    (jnp.bfloat16, (2, 16, 600), 7, True, "seq"),       # channels-last rows, masked
+    (jnp.float32, (1, 8, 300), 13, True, "states"),     # channels-last rows, bucket 16
     (jnp.float32, (1, 3, 4104), 4, False, "states"),    # streaming, several chunks
     (jnp.bfloat16, (8, 4096, 1032), 4, False, "plain"),  # streaming backward, warps spanning 2 chunks
     (jnp.float32, (2, 12, 520), 1, False, "plain"),
@@ -41,7 +61,7 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.float32, (1, 35, 300), 64, False, "states"),   # tile, wide
     (jnp.bfloat16, (1, 20, 700), 256, True, "seq"),     # tile, widest, large shared memory
 ]
-for dt, (B, D, L), W, cl, mode in CONFIGS:
+def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)
     x = jnp.asarray(rng.standard_normal(shape), dt)
     h = jnp.asarray(rng.standard_normal((B, W - 1, D) if cl else (B, D, W - 1)), dt)
@@ -65,12 +85,19 @@ for dt, (B, D, L), W, cl, mode in CONFIGS:
     out = g(x, w, b, h, r)
     ref = g(*(jax.device_put(a, cpu) for a in (x, w, b, h, r)))
     agree(out, ref, dt, (dt, B, D, L, W, cl, mode))
-    n += 1
 
-# varlen: the tile family's per-sequence starts and state rows
+
+for dt, (B, D, L), W, cl, mode in CONFIGS:
+    case(("conv", dt.__name__, B, D, L, W, cl, mode))(
+        lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
+
+# varlen: per-sequence starts and state rows (channels-last rows for W <= 16
+# and dim a whole number of vectors, the tile family otherwise)
 cu = jnp.asarray([0, 5, 5, 300, 301, 900], jnp.int32)
 xv = jnp.asarray(rng.standard_normal((900, 24)), jnp.float32)
-for W in (4, 9):
+
+
+def varlen_case(W):
     wv = jnp.asarray(rng.standard_normal((24, W)) / W, jnp.float32)
     hv = jnp.asarray(rng.standard_normal((5, 24, W - 1)), jnp.float32)
 
@@ -81,7 +108,10 @@ for W in (4, 9):
 
     g = jax.jit(jax.value_and_grad(vloss, argnums=(0, 1, 2)))
     agree(g(xv, wv, hv), g(*(jax.device_put(a, cpu) for a in (xv, wv, hv))), jnp.float32, ("varlen", W))
-    n += 1
+
+
+for W in (4, 9, 20):
+    case(("varlen", W))(lambda W=W: varlen_case(W))
 
 # decode: the vector kernels (state_len = W - 1, aligned) and the general
 # one, both state layouts, rolling and circular, with a padding row; (3, 256):
@@ -98,12 +128,24 @@ for B, D, SL in ((3, 48, 3), (3, 36, 5), (3, 256, 3), (100, 4096, 3), (600, 2048
         for kw in ({}, {"cache_seqlens": jnp.asarray(np.arange(B) * 5 % 7, jnp.int32),
                         "conv_state_indices": jnp.asarray(idx)}):
             clkw = {"channels_last": True} if cl else {}
-            f = jax.jit(lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu",
-                                                               **clkw, **kw))
-            agree(f(x, st), f(*(jax.device_put(a, cpu) for a in (x, st))), jnp.bfloat16, ("update", B, D, cl))
-            n += 1
+
+            @case(("update", B, D, SL, cl, bool(kw)))
+            def _(x=x, st=st, w=w, b=b, clkw=clkw, kw=kw, what=("update", B, D, cl)):
+                f = jax.jit(lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu",
+                                                                   **clkw, **kw))
+                agree(f(x, st), f(*(jax.device_put(a, cpu) for a in (x, st))), jnp.bfloat16, what)
 for cl in (False, True) if CL_DECODE else ():
-    f = jax.jit(lambda x: jcc.causal_conv1d_varlen_states(x, cu, 6, channels_last=cl))
-    agree(f(xv), f(jax.device_put(xv, cpu)), jnp.float32, ("varlen_states", cl))
-    n += 1
-print(f"PROBE OK: {n} configurations")
+    @case(("varlen_states", cl))
+    def _(cl=cl):
+        f = jax.jit(lambda x: jcc.causal_conv1d_varlen_states(x, cu, 6, channels_last=cl))
+        agree(f(xv), f(jax.device_put(xv, cpu)), jnp.float32, ("varlen_states", cl))
+
+mine = CASES[PART::NPARTS]
+for i, (what, fn) in enumerate(mine):
+    try:
+        fn()
+    except Exception as e:  # the context may be unusable now: report and stop
+        print(f"PROBE FAIL at {what}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        print(f"not run after it: {[w for w, _ in mine[i + 1:]]}")
+        sys.exit(1)
+print(f"PROBE OK: {len(mine)} configurations (part {PART} of {NPARTS})")

@@ -65,8 +65,8 @@ def test_forward_matches_reference_and_numpy(dtype, W, cl, bias, act, mode, resi
 
 
 @pytest.mark.parametrize("bias,act,mode,residual,cl",
-                         itertools.product([False, True], [None, "silu"], MODES, [False, True],
-                                           [False, True]))
+                         list(itertools.product([False, True], [None, "silu"], MODES,
+                                                [False, True], [False, True])))
 def test_forward_every_option_combination(bias, act, mode, residual, cl):
     rng = np.random.default_rng(7)
     x, w, b, r, s, h = _inputs(rng, jnp.float32, 4, cl, bias, mode, residual, (2, 19, 53))

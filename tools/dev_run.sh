@@ -14,14 +14,19 @@ K=${1:-}; shift || true
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 T=${TEST_TIMEOUT:-330}
 ( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 ${TEST_FILES:-tests/test_gpu.py} ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
-  timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
-    > "$OUT/memcheck.log" 2>&1 &
+  for part in 0 1 2 3; do
+    timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
+      $part 4 > "$OUT/memcheck$part.log" 2>&1 &
+  done
   wait )
 echo "tests: $(tail -1 "$OUT/test_gpu.log") after $((SECONDS - t0)) s"
 grep -E "^(FAILED|ERROR)" "$OUT/test_gpu.log" | head -20
 grep -h -B2 -A12 "^_____" "$OUT/test_gpu.log" | grep -E "^E " | head -20
-echo "memcheck: $(grep -m1 'PROBE OK' "$OUT/memcheck.log") | $(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log")"
-grep -m5 -E "Invalid|Error|assert" "$OUT/memcheck.log" | head -5
+for part in 0 1 2 3; do
+  log="$OUT/memcheck$part.log"
+  echo "memcheck $part: $(grep -m1 -E 'PROBE (OK|FAIL)' "$log") | $(grep -m1 'ERROR SUMMARY' "$log")"
+  grep -m3 -E "Invalid|Device Frame|Error:" "$log" | cut -c1-240
+done
 for cmd in "$@"; do
   echo "== $cmd"
   timeout 300 bash -c "$cmd" 2>&1 | grep -vE "^(WARNING|I0000|E0000|W0000)" | tail -60
