@@ -7,18 +7,21 @@ import functools
 
 from . import ffi_calls, xla_twins
 from .dispatch import dispatch
+from .routing import gpu_kernel_wins
 
 
 def forward(cfg, x, w, b, res, seq_idx, cu, init):
     return dispatch(cfg.backend, functools.partial(ffi_calls.forward, cfg),
                     functools.partial(xla_twins.forward, cfg), x.dtype,
-                    x, w, b, res, seq_idx, cu, init)
+                    x, w, b, res, seq_idx, cu, init,
+                    gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1]))
 
 
 def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
     return dispatch(cfg.backend, functools.partial(ffi_calls.backward, cfg),
                     functools.partial(xla_twins.backward, cfg), x.dtype,
-                    x, w, b, seq_idx, cu, init, dy, dfin)
+                    x, w, b, seq_idx, cu, init, dy, dfin,
+                    gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1]))
 
 
 def update(cfg, x, state, w, b, cache, idx):

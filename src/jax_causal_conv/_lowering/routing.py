@@ -1,0 +1,20 @@
+"""Where ``backend="auto"`` takes XLA's shifted sum on a GPU although our
+CUDA kernel exists: the cells in which the kernel measured slower than XLA
+in both the forward and the training step (docs/performance-log.md,
+2026-11-24, H100, bf16 (8, 4096, 4096)). ``backend="ffi"`` still insists on
+the kernel. Every other platform and cell takes the kernel."""
+
+from __future__ import annotations
+
+from .config import SEQ_IDX
+
+
+def gpu_kernel_wins(cfg, width: int) -> bool:
+    """False where the XLA twin is faster on a GPU for this configuration."""
+    if cfg.channels_last:
+        return True  # the channels-last kernels beat XLA at every measured width
+    if cfg.mode == SEQ_IDX and 2 <= width <= 16:
+        return False  # the masked streaming path is slower than XLA (issue 17)
+    if 17 <= width <= 32:
+        return False  # the tile family's middle widths (issue 17)
+    return True

@@ -1,0 +1,67 @@
+"""backend="auto" on a GPU takes XLA's shifted sum in the cells where our
+kernel measured slower (routing.py); "ffi" still insists on the kernel, and
+every other platform takes the kernel."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_causal_conv as jcc
+from jax_causal_conv._lowering import targets
+from jax_causal_conv._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
+from jax_causal_conv._lowering.routing import gpu_kernel_wins
+
+
+def cfg(mode, cl):
+    return ConvConfig(activation="silu", mode=mode, channels_last=cl, states_channels_last=cl,
+                      want_final=False, backend="auto")
+
+
+def test_the_table():
+    assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 4)
+    assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 16)
+    assert gpu_kernel_wins(cfg(SEQ_IDX, False), 1)
+    assert gpu_kernel_wins(cfg(SEQ_IDX, True), 4)
+    assert gpu_kernel_wins(cfg(ROWS, False), 16) and gpu_kernel_wins(cfg(VARLEN, False), 8)
+    assert not gpu_kernel_wins(cfg(ROWS, False), 32) and gpu_kernel_wins(cfg(ROWS, False), 64)
+    assert gpu_kernel_wins(cfg(ROWS, True), 32)
+
+
+def _kernel_calls(f, *args):
+    txt = jax.jit(f).lower(*args).compile().as_text()
+    return txt.count(targets.FORWARD)
+
+
+@pytest.mark.parametrize("cl", [False, True])
+def test_cpu_always_takes_the_kernel(cl):
+    cpu = jax.devices("cpu")[0]
+    x = jax.device_put(jnp.ones((1, 8, 16) if not cl else (1, 16, 8), jnp.float32), cpu)
+    w = jax.device_put(jnp.ones((8, 4), jnp.float32), cpu)
+    s = jax.device_put(jnp.zeros((1, 16), jnp.int32), cpu)
+    f = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, channels_last=cl)  # noqa: E731
+    assert _kernel_calls(f, x, w, s) == 1
+
+
+def _gpu():
+    try:
+        return jax.devices("gpu")[0] if "cuda" in targets.PLATFORMS else None
+    except RuntimeError:
+        return None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpu() is None, reason="needs a CUDA GPU and _jcc_cuda")
+def test_gpu_auto_routes_and_ffi_insists():
+    g = _gpu()
+    rng = np.random.default_rng(0)
+    x = jax.device_put(jnp.asarray(rng.standard_normal((2, 16, 64)), jnp.float32), g)
+    w = jax.device_put(jnp.asarray(rng.standard_normal((16, 4)), jnp.float32), g)
+    s = jax.device_put(jnp.asarray(np.repeat(np.arange(4), 16)[None].repeat(2, 0), jnp.int32), g)
+    auto = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s)  # noqa: E731
+    ffi = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, backend="ffi")  # noqa: E731
+    assert _kernel_calls(auto, x, w, s) == 0 and _kernel_calls(ffi, x, w, s) == 1
+    np.testing.assert_allclose(jax.jit(auto)(x, w, s), jax.jit(ffi)(x, w, s), rtol=1e-5, atol=1e-5)
+    xl = jnp.swapaxes(x, 1, 2)
+    cl = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, channels_last=True)  # noqa: E731
+    assert _kernel_calls(cl, xl, w, s) == 1
