@@ -1,4 +1,6 @@
-// The small kernels around the convolution, one block per state row:
+// The small kernels around the convolution, blocks of (state row, slice of
+// channels): a row's channels spread over gridDim.y blocks, so that a few
+// rows (batch 1) still fill the GPU:
 //   FinalStatesKernel: final_states (forward);
 //   StatesGradKernel: dinitial_states, and the final-states cotangent added
 //     to dx / dinitial_states (backward, after the main kernel wrote dx);
@@ -94,7 +96,8 @@ __global__ void __launch_bounds__(kStatesThreads) FinalStatesKernel(const ConvAr
   const Layout3 xl = a.x_layout(), sl = a.state_layout();
   for (int64_t r = blockIdx.x; r < a.num_states; r += gridDim.x) {
     const StateSeq s = LocateStateSeq(a, r);
-    for (int64_t i = threadIdx.x; i < D * H; i += blockDim.x) {
+    for (int64_t i = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; i < D * H;
+         i += int64_t(gridDim.y) * blockDim.x) {
       const int64_t d = sl.s_chan == 1 ? i % D : i / H, j = sl.s_chan == 1 ? i / D : i % H;
       const FinalSlot f = FinalSlotOf(a, s, j);
       float v = 0.f;
@@ -141,7 +144,8 @@ __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArg
     const StateSeq s = LocateStateSeq(a, r);
     const int64_t lo = a.mode == SegmentMode::kVarlen ? s.lo : 0;
     const int64_t hrow = a.mode == SegmentMode::kVarlen && a.initial_states ? r : -1;
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    for (int64_t d = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; d < D;
+         d += int64_t(gridDim.y) * blockDim.x) {
       const int64_t wrow = (s.b / a.batch_per_group()) * D + d;
       float acc[kMaxWidth];  // dinitial_states[r, d, :]
       for (int j = 0; j < H; ++j) acc[j] = 0.f;
@@ -199,14 +203,16 @@ __global__ void ReduceKernel(const ConvArgs a, const float* ws, int64_t nparts) 
 
 template <typename T>
 cudaError_t FinalStatesT(const ConvArgs& a, cudaStream_t stream) {
-  const unsigned blocks = unsigned(Min64(a.num_states, 65536));
+  const dim3 blocks(unsigned(Min64(a.num_states, 65536)),
+                    unsigned(Min64(CeilDiv(a.dim * (a.width - 1), int64_t(kStatesThreads)), 1024)));
   FinalStatesKernel<T><<<blocks, kStatesThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t StatesGradT(const ConvArgs& a, cudaStream_t stream) {
-  const unsigned blocks = unsigned(Min64(a.num_states, 65536));
+  const dim3 blocks(unsigned(Min64(a.num_states, 65536)),
+                    unsigned(Min64(CeilDiv(a.dim, int64_t(kStatesThreads)), 1024)));
   StatesGradKernel<T><<<blocks, kStatesThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
