@@ -139,8 +139,10 @@ __device__ __forceinline__ float MaskedClHistory(const ConvArgs& a, const Ids& i
   // id < 0: an output past the row's end (the backward computes its taps
   // before knowing it is dead); it has no sequence, hence no history.
   if (a.mode != SegmentMode::kVarlen || !a.initial_states || id < 0) return 0.f;
+  // p: the step tap k reads (k and H in the template's bucket); the state
+  // row holds the real width's W - 1 steps before the sequence start
   const int64_t p = t - H + k, start = ids.Start(t);
-  return LoadState<T>(a, a.initial_states, b * a.num_seqs + id, c, p - start + H);
+  return LoadState<T>(a, a.initial_states, b * a.num_seqs + id, c, p - start + (a.width - 1));
 }
 
 // Channels-last grids are 1-D, the channel groups (kClX x kV channels) of one

@@ -110,10 +110,13 @@ def test_small_seq_idx(dtype, W, cl):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("W", [1, 3, 4, 8])
-def test_small_varlen(dtype, W):
+@pytest.mark.parametrize("W", [1, 3, 4, 8, 9, 13, 16, 20])
+@pytest.mark.parametrize("D", [20, 32])
+def test_small_varlen(dtype, W, D):
+    """D = 32: whole channel vectors (the channels-last row family for
+    W <= 16, its buckets 12 and 16 at W = 9, 13); D = 20 the tile family
+    where a vector does not divide it."""
     rng = np.random.default_rng(W)
-    D = 20
     lens = [5, 0, 1, 300, 2, 1200, 3]
     cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
     T = int(cu[-1])
