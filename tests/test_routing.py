@@ -21,7 +21,7 @@ def cfg(mode, cl):
 def test_the_table():
     assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 4)
     assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 16)
-    assert gpu_kernel_wins(cfg(SEQ_IDX, False), 1)
+    assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 1) and not gpu_kernel_wins(cfg(ROWS, True), 1)
     assert gpu_kernel_wins(cfg(SEQ_IDX, True), 4)
     assert gpu_kernel_wins(cfg(ROWS, False), 16) and gpu_kernel_wins(cfg(VARLEN, False), 8)
     assert not gpu_kernel_wins(cfg(ROWS, False), 32) and gpu_kernel_wins(cfg(ROWS, False), 64)
