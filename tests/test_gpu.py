@@ -16,38 +16,11 @@ from jax import lax
 import jax_causal_conv as jcc
 from jax_causal_conv._lowering import targets as _ffi
 
-try:
-    GPU = jax.devices("gpu")[0]
-except RuntimeError:
-    GPU = None
-CPU = jax.devices("cpu")[0]
+from gpu_support import CPU, DT, GPU, MARKS, REL, check, run
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(GPU is None or _ffi._jcc_cuda is None, reason="needs a CUDA GPU and _jcc_cuda"),
-]
+pytestmark = MARKS
 
-DT = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
-# max |gpu - cpu| / max(1, max |cpu|): both accumulate in float32 and round once.
-REL = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3e-2}
 WIDTHS = [1, 2, 3, 4, 5, 8, 33]
-
-
-def run(dev, f, *args):
-    args = jax.device_put(args, dev)
-    out = jax.jit(f)(*args)
-    return jax.tree.map(lambda a: np.asarray(a.astype(jnp.float32) if a.dtype != jnp.float64 else a,
-                                             np.float64), out)
-
-
-def check(f, args, dtype, what=""):
-    got, want = run(GPU, f, *args), run(CPU, f, *args)
-    for i, (g, w) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(want))):
-        assert g.shape == w.shape, (what, i)
-        assert np.isfinite(g).all() == np.isfinite(w).all(), (what, i)
-        err = np.max(np.abs(g - w), initial=0.0) / max(1.0, np.max(np.abs(w), initial=0.0))
-        assert err <= REL[dtype], f"{what} output {i}: rel err {err:.3g} > {REL[dtype]}"
-    return got
 
 
 def inputs(rng, B, D, L, W, dtype, cl, N=None):

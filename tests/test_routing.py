@@ -12,6 +12,8 @@ from jax_causal_conv._lowering import targets
 from jax_causal_conv._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
 from jax_causal_conv._lowering.routing import gpu_kernel_wins
 
+from gpu_support import GPU, MARKS
+
 
 def cfg(mode, cl):
     return ConvConfig(activation="silu", mode=mode, channels_last=cl, states_channels_last=cl,
@@ -19,8 +21,13 @@ def cfg(mode, cl):
 
 
 def test_the_table():
-    assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 4)
-    assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 16)
+    # every boundary of each rule, both sides
+    assert [gpu_kernel_wins(cfg(SEQ_IDX, False), W) for W in (1, 2, 4, 16, 17, 32, 33)] == \
+        [False, False, False, False, False, False, True]
+    assert [gpu_kernel_wins(cfg(ROWS, False), W) for W in (1, 2, 16, 17, 32, 33)] == \
+        [False, True, True, False, False, True]
+    assert [gpu_kernel_wins(cfg(SEQ_IDX, True), W) for W in (1, 2, 16, 17, 32)] == \
+        [False, True, True, True, True]
     assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 1) and not gpu_kernel_wins(cfg(ROWS, True), 1)
     assert gpu_kernel_wins(cfg(SEQ_IDX, True), 4)
     assert gpu_kernel_wins(cfg(ROWS, False), 16) and gpu_kernel_wins(cfg(VARLEN, False), 8)
@@ -43,17 +50,10 @@ def test_cpu_always_takes_the_kernel(cl):
     assert _kernel_calls(f, x, w, s) == 1
 
 
-def _gpu():
-    try:
-        return jax.devices("gpu")[0] if "cuda" in targets.PLATFORMS else None
-    except RuntimeError:
-        return None
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(_gpu() is None, reason="needs a CUDA GPU and _jcc_cuda")
+@MARKS[0]
+@MARKS[1]
 def test_gpu_auto_routes_and_ffi_insists():
-    g = _gpu()
+    g = GPU
     rng = np.random.default_rng(0)
     x = jax.device_put(jnp.asarray(rng.standard_normal((2, 16, 64)), jnp.float32), g)
     w = jax.device_put(jnp.asarray(rng.standard_normal((16, 4)), jnp.float32), g)

@@ -20,38 +20,9 @@ from jax_causal_conv._lowering import targets as _ffi
 import oracle_decode
 import spec_schedule
 
-try:
-    GPU = jax.devices("gpu")[0]
-except RuntimeError:
-    GPU = None
-CPU = jax.devices("cpu")[0]
+from gpu_support import CPU, DT, GPU, MARKS, REL, check, rel_err, run
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(GPU is None or _ffi._jcc_cuda is None, reason="needs a CUDA GPU and _jcc_cuda"),
-]
-
-DT = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
-# max |gpu - cpu| / max(1, max |cpu|): both accumulate in float32 and round once.
-REL = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3e-2}
-
-
-def run(dev, f, *args):
-    args = jax.device_put(args, dev)
-    out = jax.jit(f)(*args)
-    return jax.tree.map(lambda a: np.asarray(a.astype(jnp.float32), np.float64), out)
-
-
-def rel_err(g, w):
-    return np.max(np.abs(g - w), initial=0.0) / max(1.0, np.max(np.abs(w), initial=0.0))
-
-
-def check(f, args, dtype, what=""):
-    got, want = run(GPU, f, *args), run(CPU, f, *args)
-    for i, (g, w) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(want))):
-        assert g.shape == w.shape, (what, i)
-        assert rel_err(g, w) <= REL[dtype], f"{what} output {i}: rel err {rel_err(g, w):.3g}"
-    return got
+pytestmark = MARKS
 
 
 def _slots(B, N, seed, pad_every):

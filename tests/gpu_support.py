@@ -1,0 +1,49 @@
+"""Shared by the GPU test files: the devices, the skip marks, the dtypes and
+tolerances, and the GPU-against-CPU comparison."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_causal_conv._lowering import targets
+
+try:
+    GPU = jax.devices("gpu")[0]
+except RuntimeError:
+    GPU = None
+CPU = jax.devices("cpu")[0]
+
+# pytestmark of a GPU test file
+MARKS = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(GPU is None or targets._jcc_cuda is None,
+                       reason="needs a CUDA GPU and _jcc_cuda"),
+]
+
+DT = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16}
+# max |gpu - cpu| / max(1, max |cpu|): both accumulate in float32 and round once.
+REL = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def run(dev, f, *args):
+    args = jax.device_put(args, dev)
+    out = jax.jit(f)(*args)
+    return jax.tree.map(lambda a: np.asarray(a.astype(jnp.float32) if a.dtype != jnp.float64 else a,
+                                             np.float64), out)
+
+
+def rel_err(g, w):
+    return np.max(np.abs(g - w), initial=0.0) / max(1.0, np.max(np.abs(w), initial=0.0))
+
+
+def check(f, args, dtype, what=""):
+    """f on the GPU against f on the CPU: same shapes, same non-finite
+    entries, relative error within REL[dtype]. Returns the GPU's outputs."""
+    got, want = run(GPU, f, *args), run(CPU, f, *args)
+    for i, (g, w) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(want))):
+        assert g.shape == w.shape, (what, i)
+        assert np.isfinite(g).all() == np.isfinite(w).all(), (what, i)
+        err = rel_err(g, w)
+        assert err <= REL[dtype], f"{what} output {i}: rel err {err:.3g} > {REL[dtype]}"
+    return got
