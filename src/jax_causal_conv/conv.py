@@ -54,7 +54,8 @@ def causal_conv1d(x, weight, bias=None, *, activation=None, residual=None, seq_i
     Returns ``y``, or ``(y, final_states)`` with ``return_final_states=True``
     (the last W-1 inputs of ``xp``, shaped like ``initial_states``).
     ``seq_idx`` (B, L) int32 separates packed sequences. ``backend``: "auto"
-    (our kernel where one exists, else pure XLA), "ffi" or "xla".
+    (our kernel where one exists and is faster, else pure XLA: on a GPU see
+    _lowering/routing.py), "ffi" or "xla".
     """
     V.check_backend(backend)
     act = V.check_conv(x, weight, bias, residual, seq_idx, initial_states, channels_last,
