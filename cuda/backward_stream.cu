@@ -9,8 +9,8 @@
 // the H inputs before a vector from the lanes behind and the H values of g
 // after it from the lanes ahead, by shuffles; g of the vector after the
 // chunk is computed by the lanes that load it. With seq_idx (kMasked) the
-// block stages each chunk's ids once, and vectors whose windows leave their
-// sequence take the masked taps. The warp's partial dweight/dbias go to
+// ids come with x (stream.cuh), and warp steps whose windows leave their
+// sequence compare ids tap by tap. The warp's partial dweight/dbias go to
 // ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
 // states.cu's ReduceKernel; dinitial_states and the final-states cotangent
 // are left to StatesGradKernel.
@@ -27,14 +27,11 @@ __global__ void __launch_bounds__(kStreamThreads)
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
   constexpr bool kBucket = kW > 8;
-  using Scratch = StreamScratch<kW, N>;
-  __shared__ StreamIdsOf<T, kMasked> sids;
-  __shared__ std::conditional_t<kMasked, Scratch, char> scr;
-  __shared__ float part_masked[kMasked ? kStreamThreads : 1][kW + 1];  // the masked path's partials
   const StreamPlace pl = LocateStream(a, spans_per_row, chunks_per_span);
+  if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
-  const int64_t L = a.len, b = pl.b, d = pl.live ? pl.d : 0;
-  const int W = int(a.width), pad = kW - W, q_real = (W - 1 + N - 1) / N;
+  const int64_t L = a.len, b = pl.b, d = pl.d;
+  const int W = int(a.width), pad = kW - W;
   const int64_t nchunks = CeilDiv(L, int64_t(S::kChunk));
   const int64_t chunk_end = Min64(nchunks, pl.first_chunk + chunks_per_span);
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
@@ -46,24 +43,18 @@ __global__ void __launch_bounds__(kStreamThreads)
   float w[kW];
   const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
   float part[kW + 1] = {};  // partial dweight (bucket slots) and dbias (index kW)
-  if constexpr (kMasked) {
-    if (lane == 0)
-#pragma unroll
-      for (int k = 0; k < kW; ++k) scr.taps[threadIdx.x >> 5][k] = w[k];
-#pragma unroll
-    for (int k = 0; k <= kW; ++k) part_masked[threadIdx.x][k] = 0.f;
-    __syncwarp();
-  }
   const uint4 zero = make_uint4(0, 0, 0, 0);
 
   for (int64_t ci = pl.first_chunk; ci < chunk_end; ++ci) {
     const int64_t c0 = ci * S::kChunk;
-    // All loads first, before the ids' barriers so that both are in flight
-    // at once (a warp past the last channel reads channel 0, in bounds):
-    // xr[j + 1] = x vector j (j = -1 .. V: before the chunk, its vectors,
-    // after it), dyr[j] = dy vector j (j = 0 .. V).
+    // All loads first: xr[j + 1] = x vector j (j = -1 .. V: before the
+    // chunk, its vectors, after it), dyr[j] = dy vector j (j = 0 .. V), and
+    // with seq_idx sum[j + 1] = the summary of x vector j's ids (stream.cuh).
     uint4 xr[V + 2], dyr[V + 1];
-    xr[0] = kQ > 0 && lane >= 32 - kQ ? LoadVectorBefore<T>(a, xrow, b, d, c0 - (32 - lane) * N) : zero;
+    int32_t sum[kMasked ? V + 2 : 1];
+    const bool before = kQ > 0 && lane >= 32 - kQ;
+    const int64_t t_before = c0 - (32 - lane) * N;
+    xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
 #pragma unroll
     for (int j = 0; j <= V; ++j) {
       const int64_t t = c0 + int64_t(j * 32 + lane) * N;
@@ -72,16 +63,16 @@ __global__ void __launch_bounds__(kStreamThreads)
       dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
     }
     if constexpr (kMasked) {
-      __syncthreads();  // the previous chunk's readers are done
-      sids.Stage(a, b, c0, hist);
-      __syncthreads();
-      sids.Summarise();
-      __syncthreads();
+      sum[0] = StreamIdSummary<N>(a, b, t_before, hist, before);
+#pragma unroll
+      for (int j = 0; j <= V; ++j)
+        sum[j + 1] = StreamIdSummary<N>(a, b, c0 + int64_t(j * 32 + lane) * N, hist, j < V || lane < kQ);
     }
-    if (!pl.live) continue;  // whole warps; they still join the barriers above
 
     // g of vector j (j == V: the vector after the chunk, lanes < kQ), and
     // for j < V this vector's share of dweight/dbias. Every lane calls it.
+    // seq_idx: as in the forward, a warp step whose windows all hold one
+    // live id takes the plain taps, the others compare ids tap by tap.
     auto g_of = [&](int j, float (&g)[N]) {
       float cur[N], prev[N], h[kHs], dyv[N];
       Unpack<T, N>(xr[j + 1], cur);
@@ -89,15 +80,18 @@ __global__ void __launch_bounds__(kStreamThreads)
       LeftHalo<N, kH>(cur, prev, lane, h);
       Unpack<T, N>(dyr[j], dyv);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+      const bool dead = p0 >= L || (j == V && lane >= kQ);
+      bool plain = true;
+      if constexpr (kMasked) plain = __all_sync(kFullMask, dead || SameLiveId<kQ, false>(sum[j + 1], sum[j], lane));
 #pragma unroll
       for (int n = 0; n < N; ++n) g[n] = 0.f;
-      if (p0 >= L || (j == V && lane >= kQ)) return;
+      if (dead) return;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
 #pragma unroll
       for (int i = 0; i < kH; ++i) win[i] = h[i];
 #pragma unroll
       for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
-      if (sids.Clean(j * 32 + lane, q_real, false)) {
+      if (plain) {
 #pragma unroll
         for (int n = 0; n < N; ++n) {
           g[n] = dyv[n];
@@ -115,37 +109,28 @@ __global__ void __launch_bounds__(kStreamThreads)
             part[kW] += g[n];
           }
         }
-      } else if constexpr (kMasked) {  // masked taps, from scratch: window, dy, then g
-        float* sw = scr.Mine();
-        const float* tw = scr.taps[threadIdx.x >> 5];
-        constexpr int kWin = kH + N;
+      } else if constexpr (kMasked) {  // taps of other ids skipped; padding: g = 0
+        int32_t idw[kH + N];  // idw[i]: the id of step p0 - kH + i
+        LoadIdWindow<N, -kH>(a, b, p0, hist, idw);
 #pragma unroll
-        for (int i = 0; i < kWin; ++i) sw[i] = win[i];
-#pragma unroll
-        for (int n = 0; n < N; ++n) sw[kWin + n] = dyv[n];
-#pragma unroll 1
         for (int n = 0; n < N; ++n) {
-          const int32_t id = sids.At(c0, p0 + n);
-          float gn = 0.f;
-          if (id >= 0) {
-            gn = sw[kWin + n];
-            if (silu) {
-              float pre = bias;
-              for (int k = pad; k < kW; ++k)
-                if (sids.At(c0, p0 + n - kH + k) == id) pre += tw[k] * sw[n + k];
-              gn = ActGrad(pre, gn, true);
-            }
-            if (j < V) {
-              float* pm = part_masked[threadIdx.x];
-              for (int k = pad; k < kW; ++k)
-                if (sids.At(c0, p0 + n - kH + k) == id) pm[k] += gn * sw[n + k];
-              pm[kW] += gn;
-            }
-          }
-          sw[kWin + N + n] = gn;
-        }
+          const int32_t id = idw[kH + n];
+          const bool live = id >= 0;
+          g[n] = live ? dyv[n] : 0.f;
+          if (silu) {
+            float pre = bias;
 #pragma unroll
-        for (int n = 0; n < N; ++n) g[n] = sw[kWin + N + n];
+            for (int k = 0; k < kW; ++k)
+              if ((!kBucket || k >= pad) && idw[n + k] == id) pre += w[k] * win[n + k];
+            g[n] = live ? ActGrad(pre, dyv[n], true) : 0.f;
+          }
+          if (j < V && live) {
+#pragma unroll
+            for (int k = 0; k < kW; ++k)
+              if ((!kBucket || k >= pad) && idw[n + k] == id) part[k] += g[n] * win[n + k];
+            part[kW] += g[n];
+          }
+        }
       }
     };
 
@@ -157,6 +142,10 @@ __global__ void __launch_bounds__(kStreamThreads)
       float r[kHs];
       RightHalo<N, kH>(gcur, gnext, lane, r);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+      // seq_idx: plain when this vector and the outputs its inputs reach
+      // (the next kH steps) hold one live id
+      bool plain = true;
+      if constexpr (kMasked) plain = __all_sync(kFullMask, p0 >= L || SameLiveId<kQ, true>(sum[j + 1], sum[j + 2], lane));
       if (p0 < L) {
         float gw[N + kH];  // gw[i] is g at step p0 + i
 #pragma unroll
@@ -164,7 +153,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 #pragma unroll
         for (int m = 0; m < kH; ++m) gw[N + m] = r[m];
         float dx[N];
-        if (sids.Clean(j * 32 + lane, q_real, true)) {
+        if (plain) {
 #pragma unroll
           for (int n = 0; n < N; ++n) {
             float acc = 0.f;
@@ -173,32 +162,24 @@ __global__ void __launch_bounds__(kStreamThreads)
               if (!kBucket || k >= pad) acc += w[k] * gw[n + kH - k];
             dx[n] = acc;
           }
-        } else if constexpr (kMasked) {  // only outputs of this input's id take it
-          float* sg = scr.Mine();
-          const float* tw = scr.taps[threadIdx.x >> 5];
+        } else if constexpr (kMasked) {  // only outputs of this input's (live) id take it
+          int32_t idr[N + kH];  // idr[i]: the id of step p0 + i
+          LoadIdWindow<N, 0>(a, b, p0, hist, idr);
 #pragma unroll
-          for (int i = 0; i < N + kH; ++i) sg[i] = gw[i];
-#pragma unroll 1
           for (int n = 0; n < N; ++n) {
-            const int32_t id = sids.At(c0, p0 + n);
+            const int32_t id = idr[n];
             float acc = 0.f;
-            for (int k = pad; k < kW; ++k)
-              if (sids.At(c0, p0 + n + kH - k) == id) acc += tw[k] * sg[n + kH - k];
-            sg[n] = acc;  // (entries below n + kH - (kW - 1) = n are no longer read)
-          }
 #pragma unroll
-          for (int n = 0; n < N; ++n) dx[n] = sg[n];
+            for (int k = 0; k < kW; ++k)
+              if ((!kBucket || k >= pad) && idr[n + kH - k] == id) acc += w[k] * gw[n + kH - k];
+            dx[n] = id >= 0 ? acc : 0.f;
+          }
         }
         StoreVec<T, N>(dxrow + p0, dx);
       }
 #pragma unroll
       for (int n = 0; n < N; ++n) gcur[n] = gnext[n];
     }
-  }
-  if (!pl.live) return;
-  if constexpr (kMasked) {
-#pragma unroll
-    for (int k = 0; k <= kW; ++k) part[k] += part_masked[threadIdx.x][k];
   }
 
   // Warp reduction (a fixed butterfly), then lane k writes tap k's partial.

@@ -14,12 +14,14 @@ bool Aligned(const void* p, size_t bytes) {
 }
 
 // Channels-first rows of whole aligned 16-byte vectors, x strided by whole
-// vectors; one sequence per row or seq_idx; W <= 16.
+// vectors; one sequence per row or seq_idx (its rows then whole 16-byte
+// words of ids too); W <= 16.
 bool StreamFits(const ConvArgs& a, const void* in2, const void* out) {
   const int64_t n = 16 / DTypeBytes(a.x_dtype);
-  return !a.channels_last && (a.mode == SegmentMode::kRow || a.mode == SegmentMode::kSeqIdx) &&
-         a.width <= 16 && a.len % n == 0 && a.x_batch_stride % n == 0 && a.x_row_stride % n == 0 &&
-         Aligned(a.x, 16) && Aligned(in2, 16) && Aligned(out, 16);
+  const bool ids_fit = a.mode == SegmentMode::kRow || (a.mode == SegmentMode::kSeqIdx && Aligned(a.seq_idx, 16));
+  return !a.channels_last && ids_fit && a.width <= 16 && a.len % n == 0 &&
+         a.x_batch_stride % n == 0 && a.x_row_stride % n == 0 && Aligned(a.x, 16) &&
+         Aligned(in2, 16) && Aligned(out, 16);
 }
 
 // Channels-last rows of whole aligned channel vectors (ClRowVec channels a

@@ -3,10 +3,10 @@
 // the residual) at once, plus the vector before the chunk when its halo
 // reaches there, gets the kW - 1 inputs before each vector from the lanes
 // behind by shuffles, and writes kVecs vectors of y. Every byte of x and y
-// moves once, fully coalesced. With seq_idx (kMasked) the block stages the
-// chunk's ids once; a vector whose windows stay inside one sequence takes the
-// plain taps, the others the masked ones (padding outputs are 0 before the
-// residual).
+// moves once, fully coalesced. With seq_idx (kMasked) each lane summarises
+// its vectors' ids; a warp step whose windows all stay inside one sequence
+// takes the plain taps, the others compare ids tap by tap, all lanes alike
+// (padding outputs are 0 before the residual).
 #include "launchers.h"
 #include "stream.cuh"
 
@@ -20,26 +20,33 @@ __global__ void __launch_bounds__(kStreamThreads)
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
   constexpr bool kBucket = kW > 8;
-  __shared__ StreamIdsOf<T, kMasked> sids;
-  __shared__ std::conditional_t<kMasked, StreamScratch<kW, N>, char> scr;
   const StreamPlace pl = LocateStream(a, spans_per_row, 1);
+  if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
-  const int64_t L = a.len, c0 = pl.first_chunk * S::kChunk, b = pl.b, d = pl.live ? pl.d : 0;
-  const int W = int(a.width), pad = kW - W, q_real = (W - 1 + N - 1) / N;
+  const int64_t L = a.len, c0 = pl.first_chunk * S::kChunk, b = pl.b, d = pl.d;
+  const int W = int(a.width), pad = kW - W;
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
 
-  // All loads first, before the ids' barriers so that both are in flight at
-  // once (a warp past the last channel reads channel 0, in bounds, and
-  // leaves after the barriers): xr[j + 1] = vector j, xr[0] = the vector
-  // before the chunk.
+  // All loads first: xr[j + 1] = vector j, xr[0] = the vector before the
+  // chunk (lanes whose halo reaches there); with seq_idx the ids likewise.
   uint4 xr[V + 1], rr[V];
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  xr[0] = kQ > 0 && lane >= 32 - kQ ? LoadVectorBefore<T>(a, xrow, b, d, c0 - (32 - lane) * N) : zero;
+  const bool before = kQ > 0 && lane >= 32 - kQ;
+  const int64_t t_before = c0 - (32 - lane) * N;
+  xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     const int64_t t = c0 + int64_t(j * 32 + lane) * N;
     xr[j + 1] = t < L ? LoadRaw16(xrow + t) : zero;
+  }
+  int32_t sum[kMasked ? V + 1 : 1];  // seq_idx: sum[j + 1] of vector j, sum[0] of the one before
+  const int32_t hist = kMasked ? HistoryId(a, b) : 0;
+  if constexpr (kMasked) {
+    sum[0] = StreamIdSummary<N>(a, b, t_before, hist, before);
+#pragma unroll
+    for (int j = 0; j < V; ++j)
+      sum[j + 1] = StreamIdSummary<N>(a, b, c0 + int64_t(j * 32 + lane) * N, hist, true);
   }
   const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
   if (res) {
@@ -51,19 +58,6 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
   float w[kW];
   const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
-  if constexpr (kMasked) {
-    sids.Stage(a, b, c0, HistoryId(a, b));
-    __syncthreads();
-    sids.Summarise();
-    __syncthreads();
-  }
-  if (!pl.live) return;  // (after the block's barriers; whole warps)
-  if constexpr (kMasked) {
-    if (lane == 0)
-#pragma unroll
-      for (int k = 0; k < kW; ++k) scr.taps[threadIdx.x >> 5][k] = w[k];
-    __syncwarp();
-  }
   const bool silu = a.act == Activation::kSilu;
   T* yrow = static_cast<T*>(a.y) + row;
 
@@ -74,7 +68,6 @@ __global__ void __launch_bounds__(kStreamThreads)
     Unpack<T, N>(xr[j], prev);
     LeftHalo<N, kH>(cur, prev, lane, h);  // (every lane: shuffles)
     const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
-    if (p0 >= L) continue;
     float win[kH + N];  // win[i] is the input at step p0 - kH + i
 #pragma unroll
     for (int i = 0; i < kH; ++i) win[i] = h[i];
@@ -82,32 +75,32 @@ __global__ void __launch_bounds__(kStreamThreads)
     for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
     float out[N];
     unsigned live = ~0u;  // bit n: output n is not padding
+    // seq_idx: a warp whose windows all hold one live id takes the plain
+    // taps, the others compare every tap's id with its output's (stream.cuh)
+    bool plain = true;
+    if constexpr (kMasked) plain = __all_sync(kFullMask, p0 >= L || SameLiveId<kQ, false>(sum[j + 1], sum[j], lane));
+    if (p0 >= L) continue;
+    if (plain) {
 #pragma unroll
-    for (int n = 0; n < N; ++n) {
-      float acc = bias;
+      for (int n = 0; n < N; ++n) {
+        float acc = bias;
 #pragma unroll
-      for (int k = 0; k < kW; ++k)
-        if (!kBucket || k >= pad) acc += w[k] * win[n + k];
-      out[n] = acc;
-    }
-    if constexpr (kMasked) {
-      if (!sids.Clean(j * 32 + lane, q_real, false)) {  // masked taps, from scratch
-        float* sw = scr.Mine();
-        const float* tw = scr.taps[threadIdx.x >> 5];
+        for (int k = 0; k < kW; ++k)
+          if (!kBucket || k >= pad) acc += w[k] * win[n + k];
+        out[n] = acc;
+      }
+    } else if constexpr (kMasked) {
+      int32_t idw[kH + N];  // idw[i]: the id of step p0 - kH + i
+      LoadIdWindow<N, -kH>(a, b, p0, hist, idw);
 #pragma unroll
-        for (int i = 0; i < kH + N; ++i) sw[i] = win[i];
-#pragma unroll 1
-        for (int n = 0; n < N; ++n) {
-          const int32_t id = sids.At(c0, p0 + n);
-          float acc = bias;
-          if (id < 0) live &= ~(1u << n);
-          else
-            for (int k = pad; k < kW; ++k)
-              if (sids.At(c0, p0 + n - kH + k) == id) acc += tw[k] * sw[n + k];
-          sw[n] = acc;  // (entries below n are no longer read)
-        }
+      for (int n = 0; n < N; ++n) {
+        const int32_t id = idw[kH + n];
+        float acc = bias;
 #pragma unroll
-        for (int n = 0; n < N; ++n) out[n] = sw[n];
+        for (int k = 0; k < kW; ++k)
+          if ((!kBucket || k >= pad) && idw[n + k] == id) acc += w[k] * win[n + k];
+        out[n] = acc;
+        if (id < 0) live &= ~(1u << n);
       }
     }
 #pragma unroll

@@ -3,8 +3,8 @@
 // one sequence per row or seq_idx masks, widths up to 16.
 //
 // A block's kStreamWarps warps take kStreamWarps consecutive channels of one
-// batch row over the same time chunks, so that (seq_idx) the chunk's ids are
-// staged once per block. Warp chunk c covers kChunk steps; lane l's vector j
+// batch row over the same time chunks (with seq_idx they read the same ids,
+// which L1 then serves once). Warp chunk c covers kChunk steps; lane l's vector j
 // starts at step c0 + (j * 32 + l) * kN. Each thread issues all its loads
 // (kVecs 16-byte vectors per tensor, plus the vectors its halo needs) before
 // it uses any. The H = W - 1 inputs before a vector come from the lanes
@@ -31,8 +31,6 @@ struct Stream {
   static constexpr int kN = 16 / int(sizeof(T));  // elements per 16-byte vector
   static constexpr int kVecs = 4;                 // vectors per lane and tensor
   static constexpr int kChunk = 32 * kVecs * kN;  // steps per warp chunk
-  static constexpr int kIdPad = 16;               // ids staged before and after a chunk
-  static constexpr int kSlotPad = kIdPad / kN;    // vector slots summarised before and after
 };
 
 // The template width for a width: itself up to 8, then 12 or 16.
@@ -102,111 +100,109 @@ __device__ __forceinline__ uint4 LoadVectorBefore(const ConvArgs& a, const T* xr
   return raw;
 }
 
-// h[i] = the input at step p0 - kH + i (kH = kW - 1) for this lane's vector
-// with elements `cur` (vector j) and `prev` (vector j - 1): from lane l - q
-// by one shuffle per value. Every lane calls it (shuffles are warp-wide).
-template <int N, int kH>
-__device__ __forceinline__ void LeftHalo(const float (&cur)[N], const float (&prev)[N], int lane,
-                                         float (&h)[kH > 0 ? kH : 1]) {
+// h[i] = the value at step p0 - kH + i for this lane's vector with elements
+// `cur` (vector j) and `prev` (vector j - 1): from lane l - q by one shuffle
+// per value. Every lane calls it (shuffles are warp-wide). E: float (inputs)
+// or int32_t (seq_idx ids).
+template <int N, int kH, typename E>
+__device__ __forceinline__ void LeftHalo(const E (&cur)[N], const E (&prev)[N], int lane,
+                                         E (&h)[kH > 0 ? kH : 1]) {
 #pragma unroll
   for (int i = 0; i < kH; ++i) {
     const int o = kH - i;             // steps before the vector
     const int q = (o + N - 1) / N;    // lanes back
     const int e = q * N - o;          // element of that lane's vector
-    const float offer = lane >= 32 - q ? prev[e] : cur[e];
+    const E offer = lane >= 32 - q ? prev[e] : cur[e];
     h[i] = __shfl_sync(kFullMask, offer, (lane - q) & 31);
   }
 }
 
-// r[m] = g at step p0 + N + m (m < kH) for this lane's vector, from lane
-// l + q: its vector j (`cur`) or, past lane 31, vector j + 1 (`next`).
-template <int N, int kH>
-__device__ __forceinline__ void RightHalo(const float (&cur)[N], const float (&next)[N], int lane,
-                                          float (&r)[kH > 0 ? kH : 1]) {
+// r[m] = the value at step p0 + N + m (m < kH) for this lane's vector, from
+// lane l + q: its vector j (`cur`) or, past lane 31, vector j + 1 (`next`).
+template <int N, int kH, typename E>
+__device__ __forceinline__ void RightHalo(const E (&cur)[N], const E (&next)[N], int lane,
+                                          E (&r)[kH > 0 ? kH : 1]) {
 #pragma unroll
   for (int m = 0; m < kH; ++m) {
     const int q = 1 + m / N, e = m % N;
-    const float offer = lane < q ? next[e] : cur[e];
+    const E offer = lane < q ? next[e] : cur[e];
     r[m] = __shfl_sync(kFullMask, offer, (lane + q) & 31);
   }
 }
 
-// seq_idx of a block's chunk in shared memory: ids of steps
-// [c0 - kIdPad, c0 + kChunk + kIdPad), and for each vector slot s (steps
-// c0 + s * N ..) whether its ids are all one id and which. Slots run from
-// -kSlotPad to kVecs * 32 + kSlotPad.
-template <typename T>
-struct StreamIds {
-  using S = Stream<T>;
-  static constexpr int kIds = S::kChunk + 2 * S::kIdPad;
-  static constexpr int kSlots = S::kVecs * 32 + 2 * S::kSlotPad;
-  int32_t id[kIds];
-  int32_t slot_id[kSlots];
-  uint8_t slot_uniform[kSlots];
+// seq_idx (kMasked): each lane loads the ids of its own vectors beside their
+// x (N ids, whole 16-byte words: StreamFits asks seq_idx to be 16-byte
+// aligned) and keeps one summary per vector: its id when all N steps hold
+// that one live id, else -1. A warp step whose lanes' windows all lie in
+// their vector's sequence (the summaries of the halo's vectors agree) takes
+// the plain taps; otherwise every lane of the warp reloads its window's ids
+// (L1 has them) and compares them tap by tap. No shared memory, no barrier.
 
-  __device__ __forceinline__ int32_t At(int64_t c0, int64_t t) const { return id[t - c0 + S::kIdPad]; }
-  __device__ __forceinline__ bool Uniform(int s) const { return slot_uniform[s + S::kSlotPad]; }
-  __device__ __forceinline__ int32_t SlotId(int s) const { return slot_id[s + S::kSlotPad]; }
-
-  // Block-wide (call with every thread, then __syncthreads()).
-  __device__ __forceinline__ void Stage(const ConvArgs& a, int64_t b, int64_t c0, int32_t hist) {
-    constexpr int kPer = (kIds + kStreamThreads - 1) / kStreamThreads;
-    int32_t v[kPer];
+// ids of the N steps from p0 (a multiple of N): before step 0 `hist`
+// (HistoryId), past the end or when !load kNoId.
+template <int N>
+__device__ __forceinline__ void LoadStreamIds(const ConvArgs& a, int64_t b, int64_t p0, int32_t hist,
+                                              bool load, int32_t (&id)[N]) {
+  static_assert(N % 4 == 0, "whole 16-byte words of ids");
+  if (!load || p0 < 0 || p0 >= a.len) {
+    const int32_t v = load && p0 < 0 ? hist : kNoId;
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) {  // all loads first
-      const int i = threadIdx.x + u * kStreamThreads;
-      v[u] = i < kIds ? IdAt(a, b, c0 - S::kIdPad + i, hist) : 0;
-    }
+    for (int n = 0; n < N; ++n) id[n] = v;
+    return;
+  }
+  const int4* p = reinterpret_cast<const int4*>(a.seq_idx + b * a.len + p0);
 #pragma unroll
-    for (int u = 0; u < kPer; ++u) {
-      const int i = threadIdx.x + u * kStreamThreads;
-      if (i < kIds) id[i] = v[u];
-    }
+  for (int i = 0; i < N / 4; ++i) {
+    const int4 v = __ldg(p + i);
+    id[4 * i] = v.x, id[4 * i + 1] = v.y, id[4 * i + 2] = v.z, id[4 * i + 3] = v.w;
   }
-  __device__ __forceinline__ void Summarise() {  // after Stage's barrier
-    for (int s = threadIdx.x; s < kSlots; s += kStreamThreads) {
-      const int32_t* p = id + s * S::kN;  // slot s - kSlotPad starts at step c0 + (s - kSlotPad) * N
-      bool uni = true;
+}
+
+// The summary of the vector at p0: its one live id, or -1.
+template <int N>
+__device__ __forceinline__ int32_t StreamIdSummary(const ConvArgs& a, int64_t b, int64_t p0,
+                                                   int32_t hist, bool load) {
+  int32_t id[N];
+  LoadStreamIds<N>(a, b, p0, hist, load, id);
+  bool one = id[0] >= 0;
 #pragma unroll
-      for (int i = 1; i < S::kN; ++i) uni = uni && p[i] == p[0];
-      slot_id[s] = p[0];
-      slot_uniform[s] = uni;
-    }
+  for (int n = 1; n < N; ++n) one = one && id[n] == id[0];
+  return one ? id[0] : -1;
+}
+
+// Whether this lane's vector (summary `cur`) and the kQ vectors before it
+// (kAfter: after it) hold one live id: from lane l -/+ q, or past the
+// warp's edge its vector `edge` (the vector before / after). Every lane
+// calls it (shuffles).
+template <int kQ, bool kAfter>
+__device__ __forceinline__ bool SameLiveId(int32_t cur, int32_t edge, int lane) {
+  bool ok = cur >= 0;
+#pragma unroll
+  for (int q = 1; q <= kQ; ++q) {
+    const bool wrap = kAfter ? lane < q : lane >= 32 - q;
+    const int32_t got = __shfl_sync(kFullMask, wrap ? edge : cur, (kAfter ? lane + q : lane - q) & 31);
+    ok = ok && got == cur;
   }
-  // Whether every output of vector slot s reads only its own id's inputs:
-  // the slot and the `lanes` slots before it (forward) or after it (the
-  // backward's dx) hold one id, not padding.
-  __device__ __forceinline__ bool Clean(int s, int lanes, bool after) const {
-    const int32_t x = SlotId(s);
-    bool ok = Uniform(s) && x >= 0;
-    for (int q = 1; q <= lanes; ++q) {
-      const int t = after ? s + q : s - q;
-      ok = ok && Uniform(t) && SlotId(t) == x;
-    }
-    return ok;
+  return ok;
+}
+
+// idw[i] = the id of step p0 + kFrom + i for i < M (p0 a multiple of N,
+// kFrom = -kH for a window behind, 0 for one ahead), from the whole vectors
+// that cover it.
+template <int N, int kFrom, int M>
+__device__ __forceinline__ void LoadIdWindow(const ConvArgs& a, int64_t b, int64_t p0, int32_t hist,
+                                             int32_t (&idw)[M]) {
+  constexpr int kLo = kFrom >= 0 ? kFrom / N : -((-kFrom + N - 1) / N);  // first vector, in vectors
+  constexpr int kHi = (kFrom + M - 1) >= 0 ? (kFrom + M - 1) / N : -((-(kFrom + M - 1) + N - 1) / N);
+  int32_t v[kHi - kLo + 1][N];
+#pragma unroll
+  for (int q = 0; q <= kHi - kLo; ++q) LoadStreamIds<N>(a, b, p0 + (kLo + q) * N, hist, true, v[q]);
+#pragma unroll
+  for (int i = 0; i < M; ++i) {
+    constexpr int kBase = -kLo * N;  // step p0 + kFrom + i is element kBase + kFrom + i of v
+    const int e = kBase + kFrom + i;
+    idw[i] = v[e / N][e % N];
   }
-};
-
-// Per-thread shared scratch for the masked (rare) path: the window of a
-// vector and the taps, so that its loops run over run-time indices without
-// pushing the clean path's registers to local memory. A thread's area
-// starts kScratch words apart (odd: no bank conflicts between lanes).
-template <int kW, int N>
-struct StreamScratch {
-  static constexpr int kWin = kW - 1 + N;
-  static constexpr int kScratch = (kWin + 2 * N) | 1;  // window (or g and its halo) + out
-  float area[kStreamThreads * kScratch];
-  float taps[kStreamWarps][kW > 0 ? kW : 1];
-  __device__ __forceinline__ float* Mine() { return area + threadIdx.x * kScratch; }
-};
-
-// The same interface without seq_idx: every vector is clean.
-struct NoStreamIds {
-  __device__ __forceinline__ int32_t At(int64_t, int64_t) const { return 0; }
-  __device__ __forceinline__ bool Clean(int, int, bool) const { return true; }
-};
-
-template <typename T, bool kMasked>
-using StreamIdsOf = std::conditional_t<kMasked, StreamIds<T>, NoStreamIds>;
+}
 
 }  // namespace jcc::cuda

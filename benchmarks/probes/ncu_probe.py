@@ -1,6 +1,8 @@
 """Probe: one launch of each kernel of interest, for Nsight Compute (GPU).
 
-From the repository root:
+`seq` as the argument: instead, the forward and the training step of W=4
+channels-first and channels-last, dense and with seq_idx (8 segments, a
+padded tail), (8, 4096, 4096) bf16. From the repository root:
     PYTHONPATH=src:. ncu --kernel-name regex:'Stream|ClRow|UpdateVec|input_reduce_slice' \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis \
@@ -24,6 +26,23 @@ dt = jnp.bfloat16
 def run(f, *args):
     jax.block_until_ready(jax.jit(f)(*args))
 
+
+if sys.argv[1:] == ["seq"]:
+    B, D, L = 8, 4096, 4096
+    ids = np.full((B, L), -1, np.int32)
+    ids[:, : L * 95 // 100] = np.arange(L * 95 // 100) * 8 // (L * 95 // 100)
+    sidx = jnp.asarray(ids)
+    w = jnp.asarray(rng.standard_normal((D, 4)) / 2, dt)
+    b = jnp.asarray(rng.standard_normal((D,)), dt)
+    for cl in (False, True):
+        x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), dt)
+        for s in (None, sidx):
+            f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s,
+                                                  channels_last=cl, backend="ffi")
+            run(f, x, w, b)
+            run(lambda x, w, b: jax.vjp(f, x, w, b)[1](x), x, w, b)
+    print("NCU PROBE OK")
+    sys.exit(0)
 
 for cl in (False, True):
     shape = (8, 4096, 4096)
