@@ -82,7 +82,10 @@ __global__ void __launch_bounds__(kStreamThreads)
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       const bool dead = p0 >= L || (j == V && lane >= kQ);
       bool plain = true;
-      if constexpr (kMasked) plain = __all_sync(kFullMask, dead || SameLiveId<kQ, false>(sum[j + 1], sum[j], lane));
+      if constexpr (kMasked) {  // (every lane shuffles: no short-circuit)
+        const bool same = SameLiveId<kQ, false>(sum[j + 1], sum[j], lane);
+        plain = __all_sync(kFullMask, dead || same);
+      }
 #pragma unroll
       for (int n = 0; n < N; ++n) g[n] = 0.f;
       if (dead) return;
@@ -145,7 +148,10 @@ __global__ void __launch_bounds__(kStreamThreads)
       // seq_idx: plain when this vector and the outputs its inputs reach
       // (the next kH steps) hold one live id
       bool plain = true;
-      if constexpr (kMasked) plain = __all_sync(kFullMask, p0 >= L || SameLiveId<kQ, true>(sum[j + 1], sum[j + 2], lane));
+      if constexpr (kMasked) {  // (every lane shuffles: no short-circuit)
+        const bool same = SameLiveId<kQ, true>(sum[j + 1], sum[j + 2], lane);
+        plain = __all_sync(kFullMask, p0 >= L || same);
+      }
       if (p0 < L) {
         float gw[N + kH];  // gw[i] is g at step p0 + i
 #pragma unroll

@@ -78,7 +78,10 @@ __global__ void __launch_bounds__(kStreamThreads)
     // seq_idx: a warp whose windows all hold one live id takes the plain
     // taps, the others compare every tap's id with its output's (stream.cuh)
     bool plain = true;
-    if constexpr (kMasked) plain = __all_sync(kFullMask, p0 >= L || SameLiveId<kQ, false>(sum[j + 1], sum[j], lane));
+    if constexpr (kMasked) {  // (every lane shuffles: no short-circuit)
+      const bool same = SameLiveId<kQ, false>(sum[j + 1], sum[j], lane);
+      plain = __all_sync(kFullMask, p0 >= L || same);
+    }
     if (p0 >= L) continue;
     if (plain) {
 #pragma unroll
