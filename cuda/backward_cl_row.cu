@@ -94,36 +94,22 @@ __global__ void __launch_bounds__(kClX * kClY)
         const bool in = tt < tload;
         const Raw xr = stage[buf][0][u][tid], dr = stage[buf][1][u][tid];
         bool live = in, clean = true;
-        // kMasked, once per step for all kV channels: bit k of keep, tap k
-        // (< H) of output tt reads tt's own sequence; bit k of keep_dx, the
-        // output tt - k shares the id of the input p = tt - H (dx below)
-        unsigned keep = ~0u, keep_dx = ~0u;
         int32_t id = 0;
         if constexpr (kMasked) {
           id = ids.Id(tt);
           if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
           clean = run >= H && id >= 0;
           live = in && id >= 0;
-          if (!clean) {
-            const int32_t idp = ids.Id(tt - H);
-            keep = keep_dx = 0;
-#pragma unroll
-            for (int k = 0; k < H; ++k) keep |= unsigned(ids.Id(tt - H + k) == id) << k;
-#pragma unroll
-            for (int k = 0; k < kW; ++k) keep_dx |= unsigned(ids.Id(tt - k) == idp) << k;
-          }
         }
-        const bool vhist = kMasked && !clean && a.mode == SegmentMode::kVarlen && a.initial_states;
         float g[kV], xt[kV];
 #pragma unroll
         for (int c = 0; c < kV; ++c) {
           xt[c] = xr[c];  // zero-filled past tload
-          float tv[kHs];  // the taps this output reads (masked: zero, or varlen history)
+          float tv[kHs];  // the taps this output reads (masked)
 #pragma unroll
-          for (int k = 0; k < H; ++k) {
-            tv[k] = (keep >> k) & 1 ? xw[k][c] : 0.f;
-            if (vhist && !((keep >> k) & 1)) tv[k] = MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c);
-          }
+          for (int k = 0; k < H; ++k)
+            tv[k] = clean || !kMasked || ids.Id(tt - H + k) == id
+                        ? xw[k][c] : MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c);
           float pre = bias[c] + w[H][c] * xt[c];
 #pragma unroll
           for (int k = 0; k < H; ++k)
@@ -141,6 +127,7 @@ __global__ void __launch_bounds__(kClX * kClY)
         // that output shares p's id.
         const int64_t p = tt - H;
         if (p >= ts) {
+          const int32_t idp = kMasked ? ids.Id(p) : 0;
           float out[kV];
 #pragma unroll
           for (int c = 0; c < kV; ++c) {
@@ -149,7 +136,7 @@ __global__ void __launch_bounds__(kClX * kClY)
             for (int k = 0; k < kW; ++k) {
               if (kBucket && k < pad) continue;
               const float gv = k == 0 ? g[c] : gw[H - k][c];
-              if ((keep_dx >> k) & 1) acc += w[k][c] * gv;
+              if (clean || !kMasked || ids.Id(tt - k) == idp) acc += w[k][c] * gv;
             }
             out[c] = acc;
           }

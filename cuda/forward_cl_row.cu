@@ -87,31 +87,28 @@ __global__ void __launch_bounds__(kClX * kClY)
 #pragma unroll
       for (int c = 0; c < kV; ++c) xt[c] = xr[c];
       bool live = true, clean = true;
-      unsigned keep = ~0u;  // kMasked: bit k, tap k (< H) reads t's own sequence
+      int32_t id = 0;
       if constexpr (kMasked) {
-        const int32_t id = ids.Id(tt);
+        id = ids.Id(tt);
         if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
         clean = run >= H && id >= 0;
         live = id >= 0;
-        if (!clean) {  // (once per step, for all kV channels)
-          keep = 0;
-#pragma unroll
-          for (int k = 0; k < H; ++k) keep |= unsigned(ids.Id(tt - H + k) == id) << k;
-        }
       }
-      const bool vhist = kMasked && !clean && a.mode == SegmentMode::kVarlen && a.initial_states;
 #pragma unroll
       for (int c = 0; c < kV; ++c) {
         float acc = bias[c] + w[H][c] * xt[c];
-#pragma unroll
-        for (int k = 0; k < H; ++k)
-          if ((!kBucket || k >= pad) && ((keep >> k) & 1)) acc += w[k][c] * win[k][c];
-        if (vhist) {  // varlen: the taps before t's sequence read its initial state
-          const int32_t id = ids.Id(tt);
+        if (clean) {
 #pragma unroll
           for (int k = 0; k < H; ++k)
-            if ((!kBucket || k >= pad) && !((keep >> k) & 1))
-              acc += w[k][c] * MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c);
+            if (!kBucket || k >= pad) acc += w[k][c] * win[k][c];
+        } else if (live) {
+#pragma unroll
+          for (int k = 0; k < H; ++k)
+            if (!kBucket || k >= pad) {
+              const float v = kMasked && ids.Id(tt - H + k) != id
+                                  ? MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c) : win[k][c];
+              acc += w[k][c] * v;
+            }
         }
         out[c] = live ? Activate(acc, silu) : 0.f;
 #pragma unroll
