@@ -23,7 +23,7 @@ def cfg(mode, cl):
 def test_the_table():
     # every boundary of each rule, both sides
     assert [gpu_kernel_wins(cfg(SEQ_IDX, False), W) for W in (1, 2, 4, 16, 17, 32, 33)] == \
-        [False, False, False, False, False, False, True]
+        [False, True, True, True, False, False, True]
     assert [gpu_kernel_wins(cfg(ROWS, False), W) for W in (1, 2, 16, 17, 32, 33)] == \
         [False, True, True, False, False, True]
     assert [gpu_kernel_wins(cfg(SEQ_IDX, True), W) for W in (1, 2, 16, 17, 32)] == \
@@ -58,10 +58,12 @@ def test_gpu_auto_routes_and_ffi_insists():
     x = jax.device_put(jnp.asarray(rng.standard_normal((2, 16, 64)), jnp.float32), g)
     w = jax.device_put(jnp.asarray(rng.standard_normal((16, 4)), jnp.float32), g)
     s = jax.device_put(jnp.asarray(np.repeat(np.arange(4), 16)[None].repeat(2, 0), jnp.int32), g)
+    w32 = jax.device_put(jnp.asarray(rng.standard_normal((16, 32)) / 32, jnp.float32), g)
     auto = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s)  # noqa: E731
     ffi = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, backend="ffi")  # noqa: E731
-    assert _kernel_calls(auto, x, w, s) == 0 and _kernel_calls(ffi, x, w, s) == 1
-    np.testing.assert_allclose(jax.jit(auto)(x, w, s), jax.jit(ffi)(x, w, s), rtol=1e-5, atol=1e-5)
+    assert _kernel_calls(auto, x, w32, s) == 0 and _kernel_calls(ffi, x, w32, s) == 1
+    np.testing.assert_allclose(jax.jit(auto)(x, w32, s), jax.jit(ffi)(x, w32, s), rtol=1e-5, atol=1e-5)
+    assert _kernel_calls(auto, x, w, s) == 1  # seq_idx at W = 4 takes the kernel
     xl = jnp.swapaxes(x, 1, 2)
     cl = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, channels_last=True)  # noqa: E731
-    assert _kernel_calls(cl, xl, w, s) == 1
+    assert _kernel_calls(cl, xl, w32, s) == 1

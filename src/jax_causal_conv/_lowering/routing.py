@@ -6,8 +6,6 @@ Every other platform and cell takes the kernel."""
 
 from __future__ import annotations
 
-from .config import SEQ_IDX
-
 
 def gpu_kernel_wins(cfg, width: int) -> bool:
     """False where the XLA twin is faster on a GPU for this configuration."""
@@ -15,8 +13,6 @@ def gpu_kernel_wins(cfg, width: int) -> bool:
         return False  # a per-channel scale: XLA fuses the forward into the backward
     if cfg.channels_last:
         return True  # the channels-last kernels beat XLA at every measured width
-    if cfg.mode == SEQ_IDX and 2 <= width <= 16:
-        return False  # the masked streaming path is slower than XLA (issue 17)
     if 17 <= width <= 32:
         return False  # the tile family's middle widths (issue 17)
     return True
