@@ -94,46 +94,27 @@ __global__ void __launch_bounds__(kStreamThreads)
       for (int i = 0; i < kH; ++i) win[i] = h[i];
 #pragma unroll
       for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
-      if (plain) {
+      // g and the dweight/dbias shares over TapOn's taps (idw: the window's
+      // ids, or none); padding outputs have g = 0 and no share
+      auto grads = [&](const int32_t* idw) {
 #pragma unroll
         for (int n = 0; n < N; ++n) {
-          g[n] = dyv[n];
-          if (silu) {
-            float pre = bias;
-#pragma unroll
-            for (int k = 0; k < kW; ++k)
-              if (!kBucket || k >= pad) pre += w[k] * win[n + k];
-            g[n] = ActGrad(pre, dyv[n], true);
-          }
-          if (j < V) {
-#pragma unroll
-            for (int k = 0; k < kW; ++k)
-              if (!kBucket || k >= pad) part[k] += g[n] * win[n + k];
-            part[kW] += g[n];
-          }
-        }
-      } else if constexpr (kMasked) {  // taps of other ids skipped; padding: g = 0
-        int32_t idw[kH + N];  // idw[i]: the id of step p0 - kH + i
-        LoadIdWindow<N, -kH>(a, b, p0, hist, idw);
-#pragma unroll
-        for (int n = 0; n < N; ++n) {
-          const int32_t id = idw[kH + n];
-          const bool live = id >= 0;
-          g[n] = live ? dyv[n] : 0.f;
-          if (silu) {
-            float pre = bias;
-#pragma unroll
-            for (int k = 0; k < kW; ++k)
-              if ((!kBucket || k >= pad) && idw[n + k] == id) pre += w[k] * win[n + k];
-            g[n] = live ? ActGrad(pre, dyv[n], true) : 0.f;
-          }
+          const bool live = idw == nullptr || idw[kH + n] >= 0;
+          g[n] = live ? (silu ? ActGrad(TapSum(w, win, n, pad, bias, idw), dyv[n], true) : dyv[n]) : 0.f;
           if (j < V && live) {
 #pragma unroll
             for (int k = 0; k < kW; ++k)
-              if ((!kBucket || k >= pad) && idw[n + k] == id) part[k] += g[n] * win[n + k];
+              if (TapOn<kW>(k, n, pad, idw)) part[k] += g[n] * win[n + k];
             part[kW] += g[n];
           }
         }
+      };
+      if (plain) {
+        grads(nullptr);
+      } else if constexpr (kMasked) {
+        int32_t idw[kH + N];  // idw[i]: the id of step p0 - kH + i
+        LoadIdWindow<N, -kH>(a, b, p0, hist, idw);
+        grads(idw);
       }
     };
 
@@ -158,28 +139,26 @@ __global__ void __launch_bounds__(kStreamThreads)
         for (int n = 0; n < N; ++n) gw[n] = gcur[n];
 #pragma unroll
         for (int m = 0; m < kH; ++m) gw[N + m] = r[m];
+        // dx over the outputs that take each input: all of them, or (idr:
+        // the ids of steps p0 ..) those of the input's own live id
         float dx[N];
-        if (plain) {
+        auto dxs = [&](const int32_t* idr) {
 #pragma unroll
           for (int n = 0; n < N; ++n) {
             float acc = 0.f;
 #pragma unroll
             for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
-              if (!kBucket || k >= pad) acc += w[k] * gw[n + kH - k];
-            dx[n] = acc;
+              if ((!kBucket || k >= pad) && (idr == nullptr || idr[n + kH - k] == idr[n]))
+                acc += w[k] * gw[n + kH - k];
+            dx[n] = idr == nullptr || idr[n] >= 0 ? acc : 0.f;
           }
-        } else if constexpr (kMasked) {  // only outputs of this input's (live) id take it
+        };
+        if (plain) {
+          dxs(nullptr);
+        } else if constexpr (kMasked) {
           int32_t idr[N + kH];  // idr[i]: the id of step p0 + i
           LoadIdWindow<N, 0>(a, b, p0, hist, idr);
-#pragma unroll
-          for (int n = 0; n < N; ++n) {
-            const int32_t id = idr[n];
-            float acc = 0.f;
-#pragma unroll
-            for (int k = 0; k < kW; ++k)
-              if ((!kBucket || k >= pad) && idr[n + kH - k] == id) acc += w[k] * gw[n + kH - k];
-            dx[n] = id >= 0 ? acc : 0.f;
-          }
+          dxs(idr);
         }
         StoreVec<T, N>(dxrow + p0, dx);
       }

@@ -19,7 +19,6 @@ __global__ void __launch_bounds__(kStreamThreads)
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
-  constexpr bool kBucket = kW > 8;
   const StreamPlace pl = LocateStream(a, spans_per_row, 1);
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
@@ -83,28 +82,20 @@ __global__ void __launch_bounds__(kStreamThreads)
       plain = __all_sync(kFullMask, p0 >= L || same);
     }
     if (p0 >= L) continue;
-    if (plain) {
+    // pre-activations over TapOn's taps (idw: the window's ids, or none)
+    auto pres = [&](const int32_t* idw) {
 #pragma unroll
       for (int n = 0; n < N; ++n) {
-        float acc = bias;
-#pragma unroll
-        for (int k = 0; k < kW; ++k)
-          if (!kBucket || k >= pad) acc += w[k] * win[n + k];
-        out[n] = acc;
+        out[n] = TapSum(w, win, n, pad, bias, idw);
+        if (idw != nullptr && idw[kH + n] < 0) live &= ~(1u << n);
       }
+    };
+    if (plain) {
+      pres(nullptr);
     } else if constexpr (kMasked) {
       int32_t idw[kH + N];  // idw[i]: the id of step p0 - kH + i
       LoadIdWindow<N, -kH>(a, b, p0, hist, idw);
-#pragma unroll
-      for (int n = 0; n < N; ++n) {
-        const int32_t id = idw[kH + n];
-        float acc = bias;
-#pragma unroll
-        for (int k = 0; k < kW; ++k)
-          if ((!kBucket || k >= pad) && idw[n + k] == id) acc += w[k] * win[n + k];
-        out[n] = acc;
-        if (id < 0) live &= ~(1u << n);
-      }
+      pres(idw);
     }
 #pragma unroll
     for (int n = 0; n < N; ++n) out[n] = (live >> n) & 1 ? Activate(out[n], silu) : 0.f;

@@ -100,34 +100,52 @@ __device__ __forceinline__ uint4 LoadVectorBefore(const ConvArgs& a, const T* xr
   return raw;
 }
 
-// h[i] = the value at step p0 - kH + i for this lane's vector with elements
-// `cur` (vector j) and `prev` (vector j - 1): from lane l - q by one shuffle
-// per value. Every lane calls it (shuffles are warp-wide). E: float (inputs)
-// or int32_t (seq_idx ids).
-template <int N, int kH, typename E>
-__device__ __forceinline__ void LeftHalo(const E (&cur)[N], const E (&prev)[N], int lane,
-                                         E (&h)[kH > 0 ? kH : 1]) {
+// h[i] = the input at step p0 - kH + i (kH = kW - 1) for this lane's vector
+// with elements `cur` (vector j) and `prev` (vector j - 1): from lane l - q
+// by one shuffle per value. Every lane calls it (shuffles are warp-wide).
+template <int N, int kH>
+__device__ __forceinline__ void LeftHalo(const float (&cur)[N], const float (&prev)[N], int lane,
+                                         float (&h)[kH > 0 ? kH : 1]) {
 #pragma unroll
   for (int i = 0; i < kH; ++i) {
     const int o = kH - i;             // steps before the vector
     const int q = (o + N - 1) / N;    // lanes back
     const int e = q * N - o;          // element of that lane's vector
-    const E offer = lane >= 32 - q ? prev[e] : cur[e];
+    const float offer = lane >= 32 - q ? prev[e] : cur[e];
     h[i] = __shfl_sync(kFullMask, offer, (lane - q) & 31);
   }
 }
 
-// r[m] = the value at step p0 + N + m (m < kH) for this lane's vector, from
-// lane l + q: its vector j (`cur`) or, past lane 31, vector j + 1 (`next`).
-template <int N, int kH, typename E>
-__device__ __forceinline__ void RightHalo(const E (&cur)[N], const E (&next)[N], int lane,
-                                          E (&r)[kH > 0 ? kH : 1]) {
+// r[m] = g at step p0 + N + m (m < kH) for this lane's vector, from lane
+// l + q: its vector j (`cur`) or, past lane 31, vector j + 1 (`next`).
+template <int N, int kH>
+__device__ __forceinline__ void RightHalo(const float (&cur)[N], const float (&next)[N], int lane,
+                                          float (&r)[kH > 0 ? kH : 1]) {
 #pragma unroll
   for (int m = 0; m < kH; ++m) {
     const int q = 1 + m / N, e = m % N;
-    const E offer = lane < q ? next[e] : cur[e];
+    const float offer = lane < q ? next[e] : cur[e];
     r[m] = __shfl_sync(kFullMask, offer, (lane + q) & 31);
   }
+}
+
+// Whether tap k of output n of a window reads a live input: the bucket's
+// absent taps (k < pad) never do; with the window's ids `idw` (idw[i] for
+// win[i], output n's own id at idw[n + kW - 1]) only its own sequence's.
+template <int kW>
+__device__ __forceinline__ bool TapOn(int k, int n, int pad, const int32_t* idw) {
+  return (kW <= 8 || k >= pad) && (idw == nullptr || idw[n + k] == idw[n + kW - 1]);
+}
+
+// acc + the taps of output n over the window win (win[n + k] is the input
+// its tap k reads): TapOn's taps only.
+template <int kW, int M>
+__device__ __forceinline__ float TapSum(const float (&w)[kW], const float (&win)[M], int n, int pad,
+                                        float acc, const int32_t* idw = nullptr) {
+#pragma unroll
+  for (int k = 0; k < kW; ++k)
+    if (TapOn<kW>(k, n, pad, idw)) acc += w[k] * win[n + k];
+  return acc;
 }
 
 // seq_idx (kMasked): each lane loads the ids of its own vectors beside their
