@@ -109,13 +109,7 @@ __global__ void __launch_bounds__(kStreamThreads)
           }
         }
       };
-      if (plain) {
-        grads(nullptr);
-      } else if constexpr (kMasked) {
-        int32_t idw[kH + N];  // idw[i]: the id of step p0 - kH + i
-        LoadIdWindow<N, -kH>(a, b, p0, hist, idw);
-        grads(idw);
-      }
+      WithStepIds<kMasked, N, -kH, kH + N>(plain, a, b, p0, hist, grads);  // idw[i]: step p0 - kH + i
     };
 
     float gcur[N], gnext[N];
@@ -153,13 +147,7 @@ __global__ void __launch_bounds__(kStreamThreads)
             dx[n] = idr == nullptr || idr[n] >= 0 ? acc : 0.f;
           }
         };
-        if (plain) {
-          dxs(nullptr);
-        } else if constexpr (kMasked) {
-          int32_t idr[N + kH];  // idr[i]: the id of step p0 + i
-          LoadIdWindow<N, 0>(a, b, p0, hist, idr);
-          dxs(idr);
-        }
+        WithStepIds<kMasked, N, 0, N + kH>(plain, a, b, p0, hist, dxs);  // idr[i]: step p0 + i
         StoreVec<T, N>(dxrow + p0, dx);
       }
 #pragma unroll

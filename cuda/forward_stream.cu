@@ -90,13 +90,7 @@ __global__ void __launch_bounds__(kStreamThreads)
         if (idw != nullptr && idw[kH + n] < 0) live &= ~(1u << n);
       }
     };
-    if (plain) {
-      pres(nullptr);
-    } else if constexpr (kMasked) {
-      int32_t idw[kH + N];  // idw[i]: the id of step p0 - kH + i
-      LoadIdWindow<N, -kH>(a, b, p0, hist, idw);
-      pres(idw);
-    }
+    WithStepIds<kMasked, N, -kH, kH + N>(plain, a, b, p0, hist, pres);  // idw[i]: step p0 - kH + i
 #pragma unroll
     for (int n = 0; n < N; ++n) out[n] = (live >> n) & 1 ? Activate(out[n], silu) : 0.f;
     if (res) {

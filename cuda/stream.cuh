@@ -223,4 +223,19 @@ __device__ __forceinline__ void LoadIdWindow(const ConvArgs& a, int64_t b, int64
   }
 }
 
+// A warp step's taps: f(nullptr) when plain, else (kMasked) f(ids) with the
+// ids of the M steps from p0 + kFrom. Two call sites of f, so that the plain
+// one folds every id test away.
+template <bool kMasked, int N, int kFrom, int M, typename F>
+__device__ __forceinline__ void WithStepIds(bool plain, const ConvArgs& a, int64_t b, int64_t p0,
+                                            int32_t hist, F&& f) {
+  if (plain) {
+    f(nullptr);
+  } else if constexpr (kMasked) {
+    int32_t ids[M];
+    LoadIdWindow<N, kFrom>(a, b, p0, hist, ids);
+    f(ids);
+  }
+}
+
 }  // namespace jcc::cuda
