@@ -15,13 +15,12 @@ bool Aligned(const void* p, size_t bytes) {
 
 // Channels-first rows of whole aligned 16-byte vectors, x strided by whole
 // vectors; one sequence per row or seq_idx (its rows then whole 16-byte
-// words of ids too); W <= 16.
-bool StreamFits(const ConvArgs& a, const void* in2, const void* out) {
+// words of ids too): the streaming family (W <= 16) and the wide one.
+bool VectorRowsFit(const ConvArgs& a, const void* in2, const void* out) {
   const int64_t n = 16 / DTypeBytes(a.x_dtype);
   const bool ids_fit = a.mode == SegmentMode::kRow || (a.mode == SegmentMode::kSeqIdx && Aligned(a.seq_idx, 16));
-  return !a.channels_last && ids_fit && a.width <= 16 && a.len % n == 0 &&
-         a.x_batch_stride % n == 0 && a.x_row_stride % n == 0 && Aligned(a.x, 16) &&
-         Aligned(in2, 16) && Aligned(out, 16);
+  return !a.channels_last && ids_fit && a.len % n == 0 && a.x_batch_stride % n == 0 &&
+         a.x_row_stride % n == 0 && Aligned(a.x, 16) && Aligned(in2, 16) && Aligned(out, 16);
 }
 
 // Channels-last rows of whole aligned channel vectors (ClRowVec channels a
@@ -39,8 +38,11 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   ForwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
   int64_t unused;
-  if (StreamFits(a, a.residual, a.y) && (p.spans_per_row = StreamSpans(a, false, &unused)) > 0) {
+  const bool rows = VectorRowsFit(a, a.residual, a.y);
+  if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, false, &unused)) > 0) {
     p.family = ForwardPlan::kStream;
+  } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
+    p.family = ForwardPlan::kWide;
   } else if (ClRowFits(a, false, a.residual, a.y) &&
              (p.nchunk = ClRowChunks(a, false)) > 0) {
     p.family = ForwardPlan::kClRow;
@@ -53,8 +55,11 @@ ForwardPlan PlanForward(const ConvArgs& a) {
 BackwardPlan PlanBackward(const ConvArgs& a) {
   BackwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
-  if (StreamFits(a, a.dy, a.dx) && (p.nchunk = StreamSpans(a, true, &p.chunks_per_span)) > 0) {
+  const bool rows = VectorRowsFit(a, a.dy, a.dx);
+  if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, true, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
+  } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
+    p.family = BackwardPlan::kWide;
   } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true)) > 0) {
     p.family = BackwardPlan::kClRow;
   } else {
@@ -70,6 +75,7 @@ cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   switch (p.family) {
     case ForwardPlan::kStream: err = ForwardStream(a, p, stream); break;
+    case ForwardPlan::kWide: err = ForwardWide(a, p, stream); break;
     case ForwardPlan::kClRow: err = ForwardClRow(a, p, stream); break;
     case ForwardPlan::kTile: err = ForwardTile(a, stream); break;
     case ForwardPlan::kNone: break;
@@ -89,6 +95,7 @@ cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   switch (p.family) {
     case BackwardPlan::kStream: err = BackwardStream(a, p, ws, stream); break;
+    case BackwardPlan::kWide: err = BackwardWide(a, p, ws, stream); break;
     case BackwardPlan::kClRow: err = BackwardClRow(a, p, ws, stream); break;
     case BackwardPlan::kTile: err = BackwardTile(a, p, ws, stream); break;
     case BackwardPlan::kNone: break;

@@ -59,6 +59,9 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.float32, (2, 40, 301), 5, False, "seq"),       # tile, masked, several chunks of 8 taps
     (jnp.bfloat16, (1, 33, 1100), 17, True, "seq"),     # tile, partial channel group, 3 tiles
     (jnp.float32, (1, 35, 300), 64, False, "states"),   # tile, wide
+    (jnp.bfloat16, (2, 6, 4616), 40, False, "seq"),     # wide family, masked, 2 spans
+    (jnp.float32, (1, 5, 1000), 17, False, "states"),   # wide family, partial chunk
+    (jnp.bfloat16, (1, 4, 1048), 256, False, "plain"),  # wide family, widest
     (jnp.bfloat16, (1, 20, 700), 256, True, "seq"),     # tile, widest, large shared memory
 ]
 def conv_case(dt, B, D, L, W, cl, mode):

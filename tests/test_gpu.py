@@ -148,6 +148,44 @@ def test_small_every_width_and_mode(dtype, W, cl):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [17, 24, 33, 64, 200])
+def test_small_wide_family_spans(dtype, W):
+    """The wide family (channels-first whole-vector rows, W > 16): rows of
+    several warp spans (4096 steps) and a partial last chunk; seq_idx with
+    segments that end inside and across spans and chunks, a run of
+    one-token segments, padding in the middle and at the tail, and an id
+    that returns; a vmapped weight (groups); forward and gradients, GPU
+    against the CPU kernels."""
+    rng = np.random.default_rng(W)
+    B, D, L = 2, 6, 9000
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+    res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+    ids = np.zeros((B, L), np.int32)
+    for r in range(B):
+        cuts = np.sort(rng.choice(np.arange(1, L), 9, replace=False))
+        ids[r] = np.searchsorted(cuts, np.arange(L), side="right")
+    ids[0, 4090:4100] = np.arange(100, 110)  # one-token segments across a span edge
+    ids[0, 1500:1530] = -1                   # padding in the middle
+    ids[1, 6000:6040] = ids[1, 100]          # an id that returns
+    ids[:, -37:] = -1                        # and a padded tail
+    sidx = jnp.asarray(ids)
+
+    def f(x, w, b, r, h):
+        y1 = jcc.causal_conv1d(x, w, b, activation="silu", residual=r, backend="ffi")
+        y2, s2 = jcc.causal_conv1d(x, w, b, initial_states=h, return_final_states=True, backend="ffi")
+        y3, s3 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                                   return_final_states=True, residual=r, backend="ffi")
+        y4 = jcc.causal_conv1d(x, w, b, seq_idx=sidx, backend="ffi")  # no activation, no states
+        return y1, y2, s2, y3, s3, y4
+
+    check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, "wide spans")
+    wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
+    fv = jax.vmap(lambda x, w: jcc.causal_conv1d(x[None], w, b, activation="silu", seq_idx=sidx[:1],
+                                                 backend="ffi")[0])
+    check(grads(fv, (0, 1)), (x, wv), dtype, "wide groups")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [2, 4, 5, 8, 17])
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_packed_edge_table(dtype, W, cl):

@@ -1,0 +1,188 @@
+// The wide backward (wide.cuh): the rows of forward_wide.cu. A warp walks
+// its span's chunks from the last to the first. Per chunk it stages x of
+// steps c0 - Hp .. c0 + kWideChunk + Hp (Hp = WideHalo(W)), then lane l, for
+// its run of kWideR steps from p0 = c0 + kWideR * l,
+//   g = dy * act'(pre)  (pre recomputed from x; zero on padding / past the end)
+//   into the warp's g buffer, whose steps c0 + kWideChunk .. + Hp hold the
+//   first g of the chunk after (handed over from the chunk walked before;
+//   for the span's last chunk computed here by the first lanes),
+//   dweight[k] += g * x[t - H + k] (summed over the warp into shared memory),
+//   dbias += g,
+//   dx = sum_k w[k] g[t + H - k]  (reading the g buffer).
+// seq_idx passes as in the forward (wide.cuh): pass s reads inputs (and g)
+// of id s only and takes the run's outputs (and inputs) of id s. The warp's
+// partial dweight/dbias go to ws[grp][part][d][W + 1] (part = (b %
+// batch_per_group) * spans + span) for states.cu's ReduceKernel;
+// dinitial_states and the final-states cotangent are left to StatesGradKernel.
+#include "launchers.h"
+#include "wide.cuh"
+
+namespace jcc::cuda {
+namespace {
+
+template <typename T, bool kMasked>
+__global__ void __launch_bounds__(kStreamThreads)
+    BwdWideKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
+  extern __shared__ float4 smem_raw[];
+  const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
+  if (!pl.live) return;  // whole warps; no block barriers
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int W = int(a.width), H = W - 1, hp = WideHalo(W);
+  const WideSmem sm(W, true, kMasked);
+  float* mine = reinterpret_cast<float*>(smem_raw) + warp * sm.words;
+  float* xs = mine + sm.xs;
+  float* gs = mine + sm.gs;
+  float* taps = mine + sm.taps;
+  float* dws = mine + sm.dws;
+  int32_t* ids = reinterpret_cast<int32_t*>(mine + sm.ids);
+  const int32_t* gids = ids + hp;  // the id of g buffer index i (step c0 + i)
+  const int64_t L = a.len, b = pl.b, d = pl.d;
+  const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
+  const int64_t row = a.io_layout().At(b, d, 0);
+  const T* dyrow = static_cast<const T*>(a.dy) + row;
+  T* dxrow = static_cast<T*>(a.dx) + row;
+  const bool silu = a.act == Activation::kSilu;
+  const int32_t hist = kMasked ? HistoryId(a, b) : 0;
+  const float bias = StageWideTaps(a, b, d, taps);
+  for (int k = lane; k < W; k += 32) dws[k] = 0.f;
+  float dbias = 0.f;
+  const int64_t last = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan) - 1;
+
+  for (int64_t ci = last; ci >= pl.first_chunk; --ci) {
+    const int64_t c0 = ci * kWideChunk;
+    __syncwarp();  // the previous chunk's readers are done
+    StageWideX<T>(a, xrow, b, d, c0 - hp, sm.nx, xs);
+    bool clean = true;
+    if constexpr (kMasked) clean = StageWideIds(a, b, c0 - hp, sm.nx, hp - H, hist, ids);
+    if (ci != last)  // hand over the first g of the chunk walked before
+      for (int e = lane; e < hp; e += 32) gs[WideAt(kWideChunk + e)] = gs[WideAt(e)];
+    __syncwarp();
+
+    // g of the run from step c0 + kWideR * run (staged x index hp + kWideR * run)
+    auto g_of = [&](int run, float (&g)[kWideR]) {
+      const int64_t p0 = c0 + kWideR * run;
+      const int i0 = hp - H + kWideR * run;
+      auto own = [&](int j) { return ids[hp + kWideR * run + j]; };
+      float dy[kWideR];
+      LoadWideRun<T>(dyrow, p0, L, dy);
+      float pre[kWideR] = {};
+      auto pres = [&](int32_t s, bool masked, unsigned take) {
+        float acc[kWideR];
+#pragma unroll
+        for (int j = 0; j < kWideR; ++j) acc[j] = bias;
+        if (masked)
+          WideTaps<kMasked, false>(xs, ids, s, i0, taps, W, acc);
+        else
+          WideTaps<false, false>(xs, ids, s, i0, taps, W, acc);
+#pragma unroll
+        for (int j = 0; j < kWideR; ++j)
+          if ((take >> j) & 1) pre[j] = acc[j];
+      };
+      unsigned live = ~0u;
+      if (silu) {
+        if constexpr (kMasked)
+          live = WidePasses(clean, ids[hp], own, pres);
+        else
+          pres(0, false, ~0u);
+      } else if constexpr (kMasked) {
+#pragma unroll
+        for (int j = 0; j < kWideR; ++j) live &= own(j) >= 0 ? ~0u : ~(1u << j);
+      }
+#pragma unroll
+      for (int j = 0; j < kWideR; ++j)
+        g[j] = (live >> j) & 1 ? (silu ? ActGrad(pre[j], dy[j], true) : dy[j]) : 0.f;
+    };
+
+    // g of the chunk's runs into the g buffer; first, for the span's last
+    // chunk, g of the steps after it (zeros past the row), by the first lanes
+    // (the others repeat the last of those runs: the passes shuffle). One
+    // call site of g_of, so that it is inlined once.
+    const int nahead = hp / kWideR;
+    for (int ahead = ci == last; ahead >= 0; --ahead) {
+      const int run = ahead ? kWideChunk / kWideR + min(lane, nahead - 1) : lane;
+      float gr[kWideR];
+      g_of(run, gr);
+      if (!ahead || lane < nahead)
+#pragma unroll
+        for (int j = 0; j < kWideR; ++j) gs[WideAt(kWideR * run + j)] = gr[j];
+    }
+    const int64_t p0 = c0 + kWideR * lane;
+    const int i0 = hp - H + kWideR * lane;
+    auto own = [&](int j) { return ids[hp + kWideR * lane + j]; };
+    float g[kWideR];  // this lane's own, written above
+#pragma unroll
+    for (int j = 0; j < kWideR; ++j) g[j] = gs[WideAt(kWideR * lane + j)], dbias += g[j];
+
+    // dweight: pass s takes the g of the outputs of id s over inputs of id s
+    auto dweight = [&](int32_t s, bool masked, unsigned take) {
+      float gt[kWideR];
+#pragma unroll
+      for (int j = 0; j < kWideR; ++j) gt[j] = (take >> j) & 1 ? g[j] : 0.f;
+      if (masked)
+        WideDweight<kMasked>(xs, ids, s, i0, gt, W, dws);
+      else
+        WideDweight<false>(xs, ids, s, i0, gt, W, dws);
+    };
+    if constexpr (kMasked)
+      WidePasses(clean, ids[hp], own, dweight);
+    else
+      dweight(0, false, ~0u);
+    __syncwarp();  // the g buffer is complete
+
+    // dx of the run's inputs: pass s sums the g of outputs of id s into the
+    // inputs of id s (padding inputs get none: their outputs' g is 0 anyway)
+    float dx[kWideR] = {};
+    auto dxs = [&](int32_t s, bool masked, unsigned take) {
+      float acc[kWideR] = {};
+      if (masked)
+        WideTaps<kMasked, true>(gs, gids, s, kWideR * lane, taps, W, acc);
+      else
+        WideTaps<false, true>(gs, gids, s, kWideR * lane, taps, W, acc);
+#pragma unroll
+      for (int j = 0; j < kWideR; ++j)
+        if ((take >> j) & 1) dx[j] = acc[j];
+    };
+    if constexpr (kMasked)
+      WidePasses(clean, ids[hp], own, dxs);
+    else
+      dxs(0, false, ~0u);
+    if (p0 < L) StoreWideRun<T>(dxrow, p0, L, dx);
+  }
+
+  // The warp's partial dweight (dws) and dbias.
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) dbias += __shfl_xor_sync(kFullMask, dbias, off);
+  __syncwarp();
+  const int64_t bpg = BatchPerGroupFast(a), grp = DivFast(b, bpg);
+  const int64_t nparts = bpg * spans_per_row;
+  const int64_t partidx = (b - grp * bpg) * spans_per_row + pl.first_chunk / kWideSpan;
+  float* out = ws + ((grp * nparts + partidx) * a.dim + d) * (W + 1);
+  for (int k = lane; k < W; k += 32) out[k] = dws[k];
+  if (lane == 0) out[W] = dbias;
+}
+
+template <typename T>
+cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
+  const bool masked = a.mode == SegmentMode::kSeqIdx;
+  const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), true, masked).words * 4;
+  auto* kernel = masked ? BwdWideKernel<T, true> : BwdWideKernel<T, false>;
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  kernel<<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, smem, stream>>>(a, p.nchunk, ws);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t BackwardWide(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
+  switch (a.x_dtype) {
+    case DType::kF32: return LaunchT<float>(a, p, ws, stream);
+    case DType::kF16: return LaunchT<__half>(a, p, ws, stream);
+    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p, ws, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace jcc::cuda

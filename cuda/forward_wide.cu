@@ -1,0 +1,103 @@
+// The wide forward (wide.cuh): channels-first rows of whole aligned
+// vectors, W > 16 at a run-time width. Per chunk a warp stages the inputs
+// of steps c0 - Hp .. c0 + kWideChunk (Hp = WideHalo(W) >= W - 1), then each
+// lane computes its run of kWideR outputs and writes them as whole vectors.
+#include "launchers.h"
+#include "wide.cuh"
+
+namespace jcc::cuda {
+namespace {
+
+template <typename T, bool kMasked>
+__global__ void __launch_bounds__(kStreamThreads)
+    FwdWideKernel(const ConvArgs a, int64_t spans_per_row) {
+  extern __shared__ float4 smem_raw[];
+  const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
+  if (!pl.live) return;  // whole warps; no block barriers
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int W = int(a.width), H = W - 1, hp = WideHalo(W);
+  const WideSmem sm(W, false, kMasked);
+  float* mine = reinterpret_cast<float*>(smem_raw) + warp * sm.words;
+  float* xs = mine + sm.xs;
+  float* taps = mine + sm.taps;
+  int32_t* ids = reinterpret_cast<int32_t*>(mine + sm.ids);
+  const int64_t L = a.len, b = pl.b, d = pl.d;
+  const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
+  const int64_t row = a.io_layout().At(b, d, 0);
+  const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
+  T* yrow = static_cast<T*>(a.y) + row;
+  const bool silu = a.act == Activation::kSilu;
+  const int32_t hist = kMasked ? HistoryId(a, b) : 0;
+  const float bias = StageWideTaps(a, b, d, taps);
+
+  for (int64_t ci = pl.first_chunk; ci < pl.first_chunk + kWideSpan; ++ci) {
+    const int64_t c0 = ci * kWideChunk;
+    if (c0 >= L) break;
+    __syncwarp();  // the previous chunk's readers are done
+    StageWideX<T>(a, xrow, b, d, c0 - hp, sm.nx, xs);
+    bool clean = true;
+    if constexpr (kMasked) clean = StageWideIds(a, b, c0 - hp, sm.nx, hp - H, hist, ids);
+    __syncwarp();
+
+    // this lane's outputs: steps p0 + j, staged index hp + kWideR * lane + j,
+    // whose windows start at staged index i0 + j
+    const int64_t p0 = c0 + kWideR * lane;
+    const int i0 = hp - H + kWideR * lane;
+    float out[kWideR] = {};
+    auto pres = [&](int32_t s, bool masked, unsigned take) {
+      float acc[kWideR];
+#pragma unroll
+      for (int j = 0; j < kWideR; ++j) acc[j] = bias;
+      if (masked)
+        WideTaps<kMasked, false>(xs, ids, s, i0, taps, W, acc);
+      else
+        WideTaps<false, false>(xs, ids, s, i0, taps, W, acc);
+#pragma unroll
+      for (int j = 0; j < kWideR; ++j)
+        if ((take >> j) & 1) out[j] = acc[j];
+    };
+    unsigned live = ~0u;  // bit j: output j is not padding
+    if constexpr (kMasked)
+      live = WidePasses(clean, ids[hp], [&](int j) { return ids[hp + kWideR * lane + j]; }, pres);
+    else
+      pres(0, false, ~0u);
+    if (p0 >= L) continue;
+    float r[kWideR];
+    if (res) LoadWideRun<T>(res, p0, L, r);
+#pragma unroll
+    for (int j = 0; j < kWideR; ++j)
+      out[j] = ((live >> j) & 1 ? Activate(out[j], silu) : 0.f) + (res ? r[j] : 0.f);
+    StoreWideRun<T>(yrow, p0, L, out);
+  }
+}
+
+template <typename T>
+cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
+  const bool masked = a.mode == SegmentMode::kSeqIdx;
+  const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), false, masked).words * 4;
+  auto* kernel = masked ? FwdWideKernel<T, true> : FwdWideKernel<T, false>;
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  kernel<<<unsigned(StreamBlocks(a, spans_per_row)), kStreamThreads, smem, stream>>>(a, spans_per_row);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int64_t WideSpans(const ConvArgs& a) {
+  const int64_t spans = CeilDiv(a.len, int64_t(kWideChunk) * kWideSpan);
+  return StreamBlocks(a, spans) <= INT32_MAX ? spans : 0;
+}
+
+cudaError_t ForwardWide(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+  switch (a.x_dtype) {
+    case DType::kF32: return LaunchT<float>(a, p.spans_per_row, stream);
+    case DType::kF16: return LaunchT<__half>(a, p.spans_per_row, stream);
+    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.spans_per_row, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace jcc::cuda
