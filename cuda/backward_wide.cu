@@ -1,9 +1,10 @@
 // The wide backward (wide.cuh): the rows of forward_wide.cu. A warp walks
 // its span's chunks from the last to the first. Per chunk it stages x of
-// steps c0 - Hp .. c0 + kWideChunk + Hp (Hp = WideHalo(W)), then lane l, for
+// steps c0 - H .. c0 + kWideChunk + hp (hp: H rounded up to whole runs),
+// then lane l, for
 // its run of kWideR steps from p0 = c0 + kWideR * l,
 //   g = dy * act'(pre)  (pre recomputed from x; zero on padding / past the end)
-//   into the warp's g buffer, whose steps c0 + kWideChunk .. + Hp hold the
+//   into the warp's g buffer, whose steps c0 + kWideChunk .. + hp hold the
 //   first g of the chunk after (handed over from the chunk walked before;
 //   for the span's last chunk computed here by the first lanes),
 //   dweight[k] += g * x[t - H + k] (summed over the warp into shared memory),
@@ -21,21 +22,23 @@ namespace jcc::cuda {
 namespace {
 
 template <typename T, bool kMasked>
-__global__ void __launch_bounds__(kStreamThreads)
+__global__ void __launch_bounds__(kStreamThreads, kMasked ? 3 : 4)
     BwdWideKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
   extern __shared__ float4 smem_raw[];
   const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
   if (!pl.live) return;  // whole warps; no block barriers
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int W = int(a.width), H = W - 1, hp = WideHalo(W);
-  const WideSmem sm(W, true, kMasked);
+  const int W = int(a.width);
+  const WideSmem sm(W, true, kMasked, int(sizeof(T)));
+  const int H = sm.H, hp = sm.hp;
   float* mine = reinterpret_cast<float*>(smem_raw) + warp * sm.words;
   float* xs = mine + sm.xs;
   float* gs = mine + sm.gs;
   float* taps = mine + sm.taps;
   float* dws = mine + sm.dws;
-  int32_t* ids = reinterpret_cast<int32_t*>(mine + sm.ids);
-  const int32_t* gids = ids + hp;  // the id of g buffer index i (step c0 + i)
+  int32_t* idx = reinterpret_cast<int32_t*>(mine + sm.idx);  // ids, the window's layout
+  int32_t* ido = reinterpret_cast<int32_t*>(mine + sm.ido);  // ids of the g buffer's steps
+  T* raw = reinterpret_cast<T*>(mine + sm.raw);
   const int64_t L = a.len, b = pl.b, d = pl.d;
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
@@ -48,21 +51,23 @@ __global__ void __launch_bounds__(kStreamThreads)
   float dbias = 0.f;
   const int64_t last = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan) - 1;
 
+  IssueWideX<T>(a, xrow, b, d, last * kWideChunk - sm.hv, sm.nraw, raw);
   for (int64_t ci = last; ci >= pl.first_chunk; --ci) {
     const int64_t c0 = ci * kWideChunk;
     __syncwarp();  // the previous chunk's readers are done
-    StageWideX<T>(a, xrow, b, d, c0 - hp, sm.nx, xs);
+    ConvertWideX<T>(sm.nraw, sm.hv - H, raw, xs);
     bool clean = true;
-    if constexpr (kMasked) clean = StageWideIds(a, b, c0 - hp, sm.nx, hp - H, hist, ids);
+    if constexpr (kMasked) clean = StageWideIds(a, b, c0 - sm.hv, sm.nraw, sm.hv - H, sm, hist, idx, ido);
     if (ci != last)  // hand over the first g of the chunk walked before
       for (int e = lane; e < hp; e += 32) gs[WideAt(kWideChunk + e)] = gs[WideAt(e)];
     __syncwarp();
+    // the next chunk's x, in flight during this chunk's work
+    if (ci > pl.first_chunk) IssueWideX<T>(a, xrow, b, d, c0 - kWideChunk - sm.hv, sm.nraw, raw);
 
-    // g of the run from step c0 + kWideR * run (staged x index hp + kWideR * run)
+    // g of the run from step c0 + kWideR * run
     auto g_of = [&](int run, float (&g)[kWideR]) {
       const int64_t p0 = c0 + kWideR * run;
-      const int i0 = hp - H + kWideR * run;
-      auto own = [&](int j) { return ids[hp + kWideR * run + j]; };
+      auto own = [&](int j) { return ido[WideAt(kWideR * run + j)]; };
       float dy[kWideR];
       LoadWideRun<T>(dyrow, p0, L, dy);
       float pre[kWideR] = {};
@@ -71,9 +76,9 @@ __global__ void __launch_bounds__(kStreamThreads)
 #pragma unroll
         for (int j = 0; j < kWideR; ++j) acc[j] = bias;
         if (masked)
-          WideTaps<kMasked, false>(xs, ids, s, i0, taps, W, acc);
+          WideTaps<kMasked, false>(xs, idx, s, run + 1, taps, W, acc);
         else
-          WideTaps<false, false>(xs, ids, s, i0, taps, W, acc);
+          WideTaps<false, false>(xs, idx, s, run + 1, taps, W, acc);
 #pragma unroll
         for (int j = 0; j < kWideR; ++j)
           if ((take >> j) & 1) pre[j] = acc[j];
@@ -81,7 +86,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       unsigned live = ~0u;
       if (silu) {
         if constexpr (kMasked)
-          live = WidePasses(clean, ids[hp], own, pres);
+          live = WidePasses(clean, ido[0], own, pres);
         else
           pres(0, false, ~0u);
       } else if constexpr (kMasked) {
@@ -107,8 +112,7 @@ __global__ void __launch_bounds__(kStreamThreads)
         for (int j = 0; j < kWideR; ++j) gs[WideAt(kWideR * run + j)] = gr[j];
     }
     const int64_t p0 = c0 + kWideR * lane;
-    const int i0 = hp - H + kWideR * lane;
-    auto own = [&](int j) { return ids[hp + kWideR * lane + j]; };
+    auto own = [&](int j) { return ido[WideAt(kWideR * lane + j)]; };
     float g[kWideR];  // this lane's own, written above
 #pragma unroll
     for (int j = 0; j < kWideR; ++j) g[j] = gs[WideAt(kWideR * lane + j)], dbias += g[j];
@@ -119,12 +123,12 @@ __global__ void __launch_bounds__(kStreamThreads)
 #pragma unroll
       for (int j = 0; j < kWideR; ++j) gt[j] = (take >> j) & 1 ? g[j] : 0.f;
       if (masked)
-        WideDweight<kMasked>(xs, ids, s, i0, gt, W, dws);
+        WideDweight<kMasked>(xs, idx, s, lane + 1, gt, W, dws);
       else
-        WideDweight<false>(xs, ids, s, i0, gt, W, dws);
+        WideDweight<false>(xs, idx, s, lane + 1, gt, W, dws);
     };
     if constexpr (kMasked)
-      WidePasses(clean, ids[hp], own, dweight);
+      WidePasses(clean, ido[0], own, dweight);
     else
       dweight(0, false, ~0u);
     __syncwarp();  // the g buffer is complete
@@ -135,15 +139,15 @@ __global__ void __launch_bounds__(kStreamThreads)
     auto dxs = [&](int32_t s, bool masked, unsigned take) {
       float acc[kWideR] = {};
       if (masked)
-        WideTaps<kMasked, true>(gs, gids, s, kWideR * lane, taps, W, acc);
+        WideTaps<kMasked, true>(gs, ido, s, lane, taps, W, acc);
       else
-        WideTaps<false, true>(gs, gids, s, kWideR * lane, taps, W, acc);
+        WideTaps<false, true>(gs, ido, s, lane, taps, W, acc);
 #pragma unroll
       for (int j = 0; j < kWideR; ++j)
         if ((take >> j) & 1) dx[j] = acc[j];
     };
     if constexpr (kMasked)
-      WidePasses(clean, ids[hp], own, dxs);
+      WidePasses(clean, ido[0], own, dxs);
     else
       dxs(0, false, ~0u);
     if (p0 < L) StoreWideRun<T>(dxrow, p0, L, dx);
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   const bool masked = a.mode == SegmentMode::kSeqIdx;
-  const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), true, masked).words * 4;
+  const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), true, masked, int(sizeof(T))).words * 4;
   auto* kernel = masked ? BwdWideKernel<T, true> : BwdWideKernel<T, false>;
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

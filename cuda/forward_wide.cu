@@ -1,7 +1,7 @@
 // The wide forward (wide.cuh): channels-first rows of whole aligned
 // vectors, W > 16 at a run-time width. Per chunk a warp stages the inputs
-// of steps c0 - Hp .. c0 + kWideChunk (Hp = WideHalo(W) >= W - 1), then each
-// lane computes its run of kWideR outputs and writes them as whole vectors.
+// of steps c0 - H .. c0 + kWideChunk, then each lane computes its run of
+// kWideR outputs and writes them as whole vectors.
 #include "launchers.h"
 #include "wide.cuh"
 
@@ -9,18 +9,21 @@ namespace jcc::cuda {
 namespace {
 
 template <typename T, bool kMasked>
-__global__ void __launch_bounds__(kStreamThreads)
+__global__ void __launch_bounds__(kStreamThreads, kMasked ? 4 : 5)
     FwdWideKernel(const ConvArgs a, int64_t spans_per_row) {
   extern __shared__ float4 smem_raw[];
   const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
   if (!pl.live) return;  // whole warps; no block barriers
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int W = int(a.width), H = W - 1, hp = WideHalo(W);
-  const WideSmem sm(W, false, kMasked);
+  const int W = int(a.width);
+  const WideSmem sm(W, false, kMasked, int(sizeof(T)));
+  const int H = sm.H;
   float* mine = reinterpret_cast<float*>(smem_raw) + warp * sm.words;
   float* xs = mine + sm.xs;
   float* taps = mine + sm.taps;
-  int32_t* ids = reinterpret_cast<int32_t*>(mine + sm.ids);
+  int32_t* idx = reinterpret_cast<int32_t*>(mine + sm.idx);  // ids, the window's layout
+  int32_t* ido = reinterpret_cast<int32_t*>(mine + sm.ido);  // ids, the outputs' layout
+  T* raw = reinterpret_cast<T*>(mine + sm.raw);
   const int64_t L = a.len, b = pl.b, d = pl.d;
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
@@ -30,35 +33,36 @@ __global__ void __launch_bounds__(kStreamThreads)
   const int32_t hist = kMasked ? HistoryId(a, b) : 0;
   const float bias = StageWideTaps(a, b, d, taps);
 
-  for (int64_t ci = pl.first_chunk; ci < pl.first_chunk + kWideSpan; ++ci) {
+  const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
+  IssueWideX<T>(a, xrow, b, d, pl.first_chunk * kWideChunk - sm.hv, sm.nraw, raw);
+  for (int64_t ci = pl.first_chunk; ci < end; ++ci) {
     const int64_t c0 = ci * kWideChunk;
-    if (c0 >= L) break;
     __syncwarp();  // the previous chunk's readers are done
-    StageWideX<T>(a, xrow, b, d, c0 - hp, sm.nx, xs);
+    ConvertWideX<T>(sm.nraw, sm.hv - H, raw, xs);
     bool clean = true;
-    if constexpr (kMasked) clean = StageWideIds(a, b, c0 - hp, sm.nx, hp - H, hist, ids);
+    if constexpr (kMasked) clean = StageWideIds(a, b, c0 - sm.hv, sm.nraw, sm.hv - H, sm, hist, idx, ido);
     __syncwarp();
+    // the next chunk's x, in flight during this chunk's work
+    if (ci + 1 < end) IssueWideX<T>(a, xrow, b, d, c0 + kWideChunk - sm.hv, sm.nraw, raw);
 
-    // this lane's outputs: steps p0 + j, staged index hp + kWideR * lane + j,
-    // whose windows start at staged index i0 + j
+    // this lane's outputs: steps p0 + j, whose windows are run lane + 1's
     const int64_t p0 = c0 + kWideR * lane;
-    const int i0 = hp - H + kWideR * lane;
     float out[kWideR] = {};
     auto pres = [&](int32_t s, bool masked, unsigned take) {
       float acc[kWideR];
 #pragma unroll
       for (int j = 0; j < kWideR; ++j) acc[j] = bias;
       if (masked)
-        WideTaps<kMasked, false>(xs, ids, s, i0, taps, W, acc);
+        WideTaps<kMasked, false>(xs, idx, s, lane + 1, taps, W, acc);
       else
-        WideTaps<false, false>(xs, ids, s, i0, taps, W, acc);
+        WideTaps<false, false>(xs, idx, s, lane + 1, taps, W, acc);
 #pragma unroll
       for (int j = 0; j < kWideR; ++j)
         if ((take >> j) & 1) out[j] = acc[j];
     };
     unsigned live = ~0u;  // bit j: output j is not padding
     if constexpr (kMasked)
-      live = WidePasses(clean, ids[hp], [&](int j) { return ids[hp + kWideR * lane + j]; }, pres);
+      live = WidePasses(clean, ido[0], [&](int j) { return ido[WideAt(kWideR * lane + j)]; }, pres);
     else
       pres(0, false, ~0u);
     if (p0 >= L) continue;
@@ -74,7 +78,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
   const bool masked = a.mode == SegmentMode::kSeqIdx;
-  const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), false, masked).words * 4;
+  const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), false, masked, int(sizeof(T))).words * 4;
   auto* kernel = masked ? FwdWideKernel<T, true> : FwdWideKernel<T, false>;
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

@@ -3,7 +3,8 @@
 // rows (batch 1) still fill the GPU:
 //   FinalStatesKernel: final_states (forward);
 //   StatesGradKernel: dinitial_states, and the final-states cotangent added
-//     to dx / dinitial_states (backward, after the main kernel wrote dx);
+//     to dx / dinitial_states (backward, after the main kernel wrote dx),
+//     a warp per channel;
 //   ReduceKernel: dweight/dbias from the per-block partial sums, in a fixed
 //     order (deterministic).
 // A state row's "final window" is the H inputs final_states copies: the
@@ -132,35 +133,46 @@ __device__ float GradAt(const ConvArgs& a, int64_t b, int64_t d, int64_t t, int6
   return ActGrad(pre, ToF(dy[io.At(b, d, t)]), a.act == Activation::kSilu);
 }
 
+// A warp per (state row, channel), its lanes over the H history slots:
+// g of the sequence's first H steps (each a W-tap pre-activation, lanes
+// reading consecutive steps) into the warp's shared g, then dinitial_states
+// slot j = sum_{i <= j} w[j - i] g[i] into its shared acc, the final-states
+// cotangent added there (slots before the sequence) or to dx, and acc out.
 template <typename T>
 __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArgs a) {
+  extern __shared__ float states_smem[];  // per warp: g[H], acc[H]
   const int W = int(a.width), H = W - 1;
   const int64_t D = a.dim;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  float* g = states_smem + 2 * H * warp;
+  float* acc = g + H;
   const T* dfin = static_cast<const T*>(a.dfinal_states);
   T* dinit = static_cast<T*>(a.dinitial_states);
   T* dx = static_cast<T*>(a.dx);
   const Layout3 io = a.io_layout(), sl = a.state_layout();
   for (int64_t r = blockIdx.x; r < a.num_states; r += gridDim.x) {
-    const StateSeq s = LocateStateSeq(a, r);
+    const StateSeq s = LocateStateSeq(a, r);  // (block-wide)
     const int64_t lo = a.mode == SegmentMode::kVarlen ? s.lo : 0;
     const int64_t hrow = a.mode == SegmentMode::kVarlen && a.initial_states ? r : -1;
-    for (int64_t d = blockIdx.y * int64_t(blockDim.x) + threadIdx.x; d < D;
-         d += int64_t(gridDim.y) * blockDim.x) {
+    for (int64_t d = int64_t(blockIdx.y) * nwarps + warp; d < D; d += int64_t(gridDim.y) * nwarps) {
       const int64_t wrow = (s.b / a.batch_per_group()) * D + d;
-      float acc[kMaxWidth];  // dinitial_states[r, d, :]
-      for (int j = 0; j < H; ++j) acc[j] = 0.f;
-      if (dinit) {
-        // History slot j is read by outputs t = lo + j - k of the sequence
-        // (kSeqIdx: those with the history's id).
-        for (int64_t t = lo; t < Min64(lo + H, s.e); ++t) {
-          if (a.mode == SegmentMode::kSeqIdx && IdAt(a, s.b, t, s.hist_id) != s.hist_id) continue;
-          const float g = GradAt<T>(a, s.b, d, t, lo, hrow, s.hist_id);
-          for (int j = int(t - lo); j < H; ++j)
-            acc[j] += LoadAnyF(a.weight, a.w_dtype, wrow * W + (j - (t - lo))) * g;
+      if (dinit) {  // g of step lo + i, where it reads the history (kSeqIdx: the history's id)
+        for (int i = lane; i < H; i += 32) {
+          const int64_t t = lo + i;
+          const bool reads = t < s.e && (a.mode != SegmentMode::kSeqIdx || IdAt(a, s.b, t, s.hist_id) == s.hist_id);
+          g[i] = reads ? GradAt<T>(a, s.b, d, t, lo, hrow, s.hist_id) : 0.f;
         }
+        __syncwarp();
       }
-      if (dfin) {
-        for (int j = 0; j < H; ++j) {
+      for (int j = lane; j < H; j += 32) {  // history slot j is read by tap j - i of step lo + i
+        float v = 0.f;
+        if (dinit)
+          for (int i = 0; i <= j; ++i) v += LoadAnyF(a.weight, a.w_dtype, wrow * W + (j - i)) * g[i];
+        acc[j] = v;
+      }
+      __syncwarp();
+      if (dfin) {  // (slot j of the final window goes to one step or one history slot: no two lanes meet)
+        for (int j = lane; j < H; j += 32) {
           const FinalSlot f = FinalSlotOf(a, s, j);
           const float gf = ToF(dfin[sl.At(r, d, j)]);
           if (f.step >= 0) {
@@ -170,9 +182,11 @@ __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArg
             acc[f.init_j] += gf;
           }
         }
+        __syncwarp();
       }
       if (dinit)
-        for (int j = 0; j < H; ++j) dinit[sl.At(r, d, j)] = FromF<T>(acc[j]);
+        for (int j = lane; j < H; j += 32) dinit[sl.At(r, d, j)] = FromF<T>(acc[j]);
+      __syncwarp();  // acc and g are reused by the next channel
     }
   }
 }
@@ -211,9 +225,10 @@ cudaError_t FinalStatesT(const ConvArgs& a, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t StatesGradT(const ConvArgs& a, cudaStream_t stream) {
-  const dim3 blocks(unsigned(Min64(a.num_states, 65536)),
-                    unsigned(Min64(CeilDiv(a.dim, int64_t(kStatesThreads)), 1024)));
-  StatesGradKernel<T><<<blocks, kStatesThreads, 0, stream>>>(a);
+  constexpr int kWarps = kStatesThreads / 32;
+  const dim3 blocks(unsigned(Min64(a.num_states, 65536)), unsigned(Min64(CeilDiv(a.dim, int64_t(kWarps)), 1024)));
+  const size_t smem = size_t(kWarps) * 2 * (a.width - 1) * sizeof(float);
+  StatesGradKernel<T><<<blocks, kStatesThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -4,22 +4,27 @@
 //
 // A block's kWideWarps warps take consecutive channels of one batch row over
 // the same span of kWideSpan chunks (as in stream.cuh). Per chunk of
-// kWideChunk steps a warp stages its window of inputs once into its own
-// shared memory as floats (coalesced 16-byte loads), then lane l computes
-// the kWideR consecutive outputs from step c0 + kWideR * l: kWideR
-// accumulators, the taps in groups of 8 over a sliding window of inputs in
-// registers (8 new inputs and 8 taps, both from shared memory, per 8 x
-// kWideR multiply-adds). Staged index e is stored at WideAt(e) = e + e / 32,
-// so that the lanes' reads (runs kWideR apart) and the staging stores (whole
-// vectors) fall in distinct banks. No block barrier: each warp owns its
-// shared memory.
+// kWideChunk steps from c0 a warp copies its window of x into its own
+// shared memory (cp.async, the next chunk's copy in flight while it computes
+// on this one) and writes it out as floats, staged index e = step - (c0 - H)
+// + kWideR (the vectors' elements before the window land in the first run
+// unchecked), so that lane l's outputs c0 + kWideR * l + j read the window
+// of run l + 1: e = kWideR * (l + 1) + m, m < kWideR + H. Index e is stored at WideAt(e), 17
+// slots per 16 steps: the lanes' reads fall in distinct banks, and within a
+// window every offset is a compile-time constant past a per-lane base. Lane
+// l keeps kWideR accumulators and takes the taps in groups of 8 over a
+// sliding window of inputs in registers (8 new inputs and 8 taps, from
+// shared memory, per 8 x kWideR multiply-adds). No block barrier: each warp
+// owns its shared memory.
 //
-// seq_idx: the ids are staged beside x. A chunk whose window holds one live
-// id takes the plain taps; otherwise the outputs are computed in passes, one
-// per id of a lane's run (usually one): pass s reads the window with the
-// inputs of other ids as zeros, and keeps the outputs whose id is s.
+// seq_idx: the ids are staged beside x, once in the window's layout (idx)
+// and once in the outputs' (ido: e = step - c0). A chunk whose window holds
+// one live id takes the plain taps; otherwise the outputs are computed in
+// passes, one per id of a lane's run (usually one): pass s reads the window
+// with the inputs of other ids as zeros and keeps the outputs whose id is s.
 #pragma once
 
+#include "cp_async.cuh"
 #include "stream.cuh"
 
 namespace jcc::cuda {
@@ -30,72 +35,102 @@ constexpr int kWideChunk = 32 * kWideR;       // steps per warp chunk
 constexpr int kWideSpan = 8;                  // chunks per warp span (the backward's partial sums)
 static_assert(kWideChunk * kWideSpan >= 4096, "BackwardChunkSteps of W > 16 (csrc/problem.h)");
 
-__host__ __device__ constexpr int WideAt(int e) { return e + (e >> 5); }
-// Staged halo: H = W - 1 rounded up to whole runs (and so to whole vectors).
-__host__ __device__ constexpr int WideHalo(int W) { return (W - 1 + kWideR - 1) / kWideR * kWideR; }
+__host__ __device__ constexpr int WideAt(int e) { return e + (e >> 4); }
+// Element m of run r's window (16 r + m) at WideAt: 17 r + m + m / 16.
+__device__ __forceinline__ int WideWin(int run, int m) { return 17 * run + m + (m >> 4); }
+__host__ __device__ constexpr int RoundUp(int n, int m) { return (n + m - 1) / m * m; }
 
-// A warp's shared memory, in 4-byte words: the staged inputs (xs), the
-// backward's g (gs), the taps, the backward's dweight sums (dws), the ids.
+// A warp's staging, for width W and elem_bytes-byte x (all counts in steps;
+// the shared memory in 4-byte words, per warp, a multiple of 4):
+//   x window (xs, idx): steps c0 - H .. c0 + kWideChunk (+ hp backward, for
+//     the g of the runs after the chunk), hp = H rounded up to whole runs,
+//     after one run's slots for the steps the first vectors hold before it;
+//   raw: the whole 16-byte vectors that cover it, from c0 - hv;
+//   g (gs, backward) and the outputs' ids (ido): steps c0 .. c0 + no.
 struct WideSmem {
-  int nx, ng;                   // staged steps of x and of g
-  int xs, gs, taps, dws, ids;   // offsets
-  int words;                    // per warp
-  __host__ __device__ WideSmem(int W, bool backward, bool masked) {
-    const int hp = WideHalo(W);
-    nx = backward ? 2 * hp + kWideChunk : hp + kWideChunk;
-    ng = backward ? kWideChunk + hp : 0;
+  int H, hp, hv, nx, nraw, no;
+  int xs, gs, taps, dws, idx, ido, raw, words;
+  __host__ __device__ WideSmem(int W, bool backward, bool masked, int elem_bytes) {
+    H = W - 1;
+    hp = RoundUp(H, kWideR);
+    hv = RoundUp(H, 16 / elem_bytes);
+    nx = H + kWideChunk + (backward ? hp : 0);
+    nraw = hv + kWideChunk + (backward ? hp : 0);
+    no = kWideChunk + (backward ? hp : 0);
     xs = 0;
-    gs = xs + WideAt(nx) + 1;
-    taps = gs + (backward ? WideAt(ng) + 1 : 0);
+    gs = xs + WideAt(nx + kWideR);
+    taps = gs + (backward ? WideAt(no) : 0);
     dws = taps + W;
-    ids = dws + (backward ? W : 0);
-    words = ids + (masked ? nx : 0);
+    idx = dws + (backward ? W : 0);
+    ido = idx + (masked ? WideAt(nx + kWideR) : 0);
+    raw = RoundUp(ido + (masked ? WideAt(no) : 0), 4);
+    words = raw + nraw * elem_bytes / 4;
   }
 };
 
-// xs[WideAt(e)] = the input at step o + e, e < n (o and n whole vectors):
-// before step 0 the initial states or zeros, past the row's end zeros.
-// Every lane issues kU loads before it stores any.
+// Staging x through the warp's raw buffer: IssueWideX starts the copies of
+// the vectors of steps o .. o + n into it (cp.async: no registers held;
+// before step 0 the initial states or zeros, past the row's end zeros),
+// ConvertWideX waits for them and writes raw element i out as float to
+// xs[WideAt(i + kWideR - skip)], skip < kWideR: no bounds to check.
 template <typename T>
-__device__ __forceinline__ void StageWideX(const ConvArgs& a, const T* xrow, int64_t b, int64_t d, int64_t o,
-                                           int n, float* xs) {
-  constexpr int N = 16 / int(sizeof(T)), kU = 4;
-  const int lane = threadIdx.x & 31, nv = n / N;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int v0 = 0; v0 < nv; v0 += 32 * kU) {
-    uint4 raw[kU];
+__device__ __forceinline__ void IssueWideX(const ConvArgs& a, const T* xrow, int64_t b, int64_t d, int64_t o,
+                                           int n, T* raw) {
+  constexpr int N = 16 / int(sizeof(T));
+  const int lane = threadIdx.x & 31;
+  for (int v = lane; v < n / N; v += 32) {
+    const int64_t t = o + int64_t(v) * N;
+    if (t >= 0)
+      CpAsync<16>(raw + v * N, t < a.len ? xrow + t : xrow, t < a.len);
+    else  // the initial states: the row's first chunk only
+      *reinterpret_cast<uint4*>(raw + v * N) = LoadVectorBefore<T>(a, xrow, b, d, t);
+  }
+  CpAsyncCommit();
+}
+
+template <typename T>
+__device__ __forceinline__ void ConvertWideX(int n, int skip, const T* raw, float* xs) {
+  constexpr int N = 16 / int(sizeof(T));
+  CpAsyncWait<0>();
+  __syncwarp();
+  for (int v = threadIdx.x & 31; v < n / N; v += 32) {
+    float f[N];
+    Unpack<T, N>(*reinterpret_cast<const uint4*>(raw + v * N), f);
+    const int e = v * N + kWideR - skip, r = e & 15;
+    float* p = xs + WideAt(e);
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int v = v0 + u * 32 + lane;
-      const int64_t t = o + int64_t(v) * N;
-      raw[u] = v >= nv || t >= a.len ? zero : (t >= 0 ? LoadRaw16(xrow + t) : LoadVectorBefore<T>(a, xrow, b, d, t));
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int v = v0 + u * 32 + lane;
-      if (v >= nv) break;
-      float f[N];
-      Unpack<T, N>(raw[u], f);
-#pragma unroll
-      for (int i = 0; i < N; ++i) xs[WideAt(v * N + i)] = f[i];
-    }
+    for (int i = 0; i < N; ++i) p[i + ((r + i) >> 4)] = f[i];
   }
 }
 
-// ids[e] = the id of step o + e, e < n (HistoryId before step 0, kNoId past
-// the end). Returns, warp-uniform, whether steps [o + lo, o + n) all hold
-// one live id.
-__device__ __forceinline__ bool StageWideIds(const ConvArgs& a, int64_t b, int64_t o, int n, int lo,
-                                             int32_t hist, int32_t* ids) {
+// The ids of steps o .. o + n (o whole 16-byte words of ids; HistoryId
+// before step 0, kNoId past the end), kU words of 4 in flight per lane:
+// raw element i goes to idx[WideAt(i + kWideR - skip)] (x's layout), and to
+// ido[WideAt(e)] for e = i - skip - H in [0, no) (the outputs'). Returns,
+// warp-uniform, whether the window's steps all hold one live id.
+__device__ __forceinline__ bool StageWideIds(const ConvArgs& a, int64_t b, int64_t o, int n, int skip,
+                                             const WideSmem& sm, int32_t hist, int32_t* idx, int32_t* ido) {
+  constexpr int kU = 8;
   const int lane = threadIdx.x & 31;
   int32_t mn = INT32_MAX, mx = INT32_MIN;
-  for (int q = lane; q < n / 4; q += 32) {
-    int32_t v[4];
-    LoadStreamIds<4>(a, b, o + 4 * q, hist, true, v);
+  for (int q0 = 0; q0 < n / 4; q0 += 32 * kU) {
+    int32_t v[kU][4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      ids[4 * q + i] = v[i];
-      if (4 * q + i >= lo) mn = min(mn, v[i]), mx = max(mx, v[i]);
+    for (int u = 0; u < kU; ++u) {
+      const int q = q0 + u * 32 + lane;
+      LoadStreamIds<4>(a, b, o + 4 * q, hist, q < n / 4, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int q = q0 + u * 32 + lane;
+      if (q >= n / 4) break;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int e = 4 * q + i - skip;  // step c0 - H + e
+        idx[WideAt(e + kWideR)] = v[u][i];
+        if (e >= 0) mn = min(mn, v[u][i]), mx = max(mx, v[u][i]);
+        if (e >= sm.H && e - sm.H < sm.no) ido[WideAt(e - sm.H)] = v[u][i];
+      }
     }
   }
   mn = __reduce_min_sync(kFullMask, mn);
@@ -111,45 +146,70 @@ __device__ __forceinline__ float StageWideTaps(const ConvArgs& a, int64_t b, int
   return a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
 }
 
-// The staged value at index i; kMasked: zero unless its id is s.
+// The staged value at slot p; kMasked: zero unless its id is s.
 template <bool kMasked>
-__device__ __forceinline__ float WideIn(const float* src, const int32_t* ids, int32_t s, int i) {
-  const float v = src[WideAt(i)];
-  if constexpr (kMasked) return ids[i] == s ? v : 0.f;
+__device__ __forceinline__ float WideIn(const float* src, const int32_t* ids, int32_t s, int p) {
+  const float v = src[p];
+  if constexpr (kMasked) return ids[p] == s ? v : 0.f;
   return v;
 }
 
-// acc[j] += sum_{k < W} tap(k) * in(i0 + j + k) for j < kWideR, with
-// tap(k) = taps[k] (kReverse: taps[W - 1 - k]); in = WideIn.
-template <bool kMasked, bool kReverse>
-__device__ __forceinline__ void WideTaps(const float* src, const int32_t* ids, int32_t s, int i0,
-                                         const float* taps, int W, float (&acc)[kWideR]) {
-  constexpr int R = kWideR, kWin = R + 7;
+// Walks run `run`'s window for the taps k < W: group(k, win) for each group
+// of 8 taps from k, win[i] = element k + i of the window (i < kWideR + 7,
+// a sliding register window: 8 new elements per group); then single(k, in)
+// for the last W % 8 taps, in(j) = element k + j. Elements through WideIn.
+template <bool kMasked, typename Group, typename Single>
+__device__ __forceinline__ void WideWindow(const float* src, const int32_t* ids, int32_t s, int run, int W,
+                                           Group&& group, Single&& single) {
+  constexpr int kWin = kWideR + 7;
   float win[kWin];
-  int k = 0;
-  for (; k + 8 <= W; k += 8) {
+  // element 16 kb + c (c < 32) at base + 17 kb + c + c / 16: constant offsets
+  const int base = 17 * run;
+  auto in = [&](int kb, int c) { return WideIn<kMasked>(src, ids, s, base + 17 * kb + c + (c >> 4)); };
+  auto step = [&](int k, int kb, int h) {  // the group of taps k = 16 kb + 8 h
     if (k == 0) {
 #pragma unroll
-      for (int q = 0; q < kWin; ++q) win[q] = WideIn<kMasked>(src, ids, s, i0 + q);
-    } else {  // slide by 8
+      for (int q = 0; q < kWin; ++q) win[q] = in(0, q);
+    } else {
 #pragma unroll
       for (int q = 0; q < kWin - 8; ++q) win[q] = win[q + 8];
 #pragma unroll
-      for (int q = kWin - 8; q < kWin; ++q) win[q] = WideIn<kMasked>(src, ids, s, i0 + k + q);
+      for (int q = 0; q < 8; ++q) win[kWin - 8 + q] = in(kb, 8 * h + kWin - 8 + q);
     }
-    float wk[8];
-#pragma unroll
-    for (int q = 0; q < 8; ++q) wk[q] = taps[kReverse ? W - 1 - k - q : k + q];
-#pragma unroll
-    for (int q = 0; q < 8; ++q)
-#pragma unroll
-      for (int j = 0; j < R; ++j) acc[j] += wk[q] * win[j + q];
+    group(k, win);
+  };
+  int k = 0, kb = 0;
+  for (; k + 16 <= W; k += 16, ++kb) {
+    step(k, kb, 0);
+    step(k + 8, kb, 1);
   }
-  for (; k < W; ++k) {
-    const float wk = taps[kReverse ? W - 1 - k : k];
+  if (k + 8 <= W) step(k, kb, 0), k += 8;
+  for (; k < W; ++k)
+    single(k, [&](int j) { return WideIn<kMasked>(src, ids, s, WideWin(run, k + j)); });
+}
+
+// acc[j] += sum_{k < W} tap(k) * (element j + k of run's window), j <
+// kWideR, with tap(k) = taps[k] (kReverse: taps[W - 1 - k]).
+template <bool kMasked, bool kReverse>
+__device__ __forceinline__ void WideTaps(const float* src, const int32_t* ids, int32_t s, int run,
+                                         const float* taps, int W, float (&acc)[kWideR]) {
+  auto tap = [&](int k) { return taps[kReverse ? W - 1 - k : k]; };
+  WideWindow<kMasked>(
+      src, ids, s, run, W,
+      [&](int k, const float (&win)[kWideR + 7]) {
+        float wk[8];
 #pragma unroll
-    for (int j = 0; j < R; ++j) acc[j] += wk * WideIn<kMasked>(src, ids, s, i0 + k + j);
-  }
+        for (int q = 0; q < 8; ++q) wk[q] = tap(k + q);
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+#pragma unroll
+          for (int j = 0; j < kWideR; ++j) acc[j] += wk[q] * win[j + q];
+      },
+      [&](int k, auto in) {
+        const float wk = tap(k);
+#pragma unroll
+        for (int j = 0; j < kWideR; ++j) acc[j] += wk * in(j);
+      });
 }
 
 // dst[lane / 4] += the warp's sum of v[lane / 4] (lanes 0, 4, .., 28 add):
@@ -172,42 +232,32 @@ __device__ __forceinline__ void AddWarpSums8(const float (&v)[8], float* dst) {
   if ((lane & 3) == 0) dst[lane >> 2] += u;
 }
 
-// dws[k] += the warp's sum over its lanes of sum_j g[j] * in(i0 + j + k),
-// k < W (the dweight shares of the lanes' runs); in = WideIn. Every lane
-// calls it (shuffles).
+// dws[k] += the warp's sum over its lanes of sum_j g[j] * (element j + k
+// of run's window), k < W: the dweight shares of the lanes' runs. Every
+// lane calls it (shuffles).
 template <bool kMasked>
-__device__ __forceinline__ void WideDweight(const float* src, const int32_t* ids, int32_t s, int i0,
+__device__ __forceinline__ void WideDweight(const float* src, const int32_t* ids, int32_t s, int run,
                                             const float (&g)[kWideR], int W, float* dws) {
-  constexpr int R = kWideR, kWin = R + 7;
-  float win[kWin];
-  int k = 0;
-  for (; k + 8 <= W; k += 8) {
-    if (k == 0) {
+  WideWindow<kMasked>(
+      src, ids, s, run, W,
+      [&](int k, const float (&win)[kWideR + 7]) {
+        float part[8];
 #pragma unroll
-      for (int q = 0; q < kWin; ++q) win[q] = WideIn<kMasked>(src, ids, s, i0 + q);
-    } else {
+        for (int q = 0; q < 8; ++q) {
+          part[q] = 0.f;
 #pragma unroll
-      for (int q = 0; q < kWin - 8; ++q) win[q] = win[q + 8];
+          for (int j = 0; j < kWideR; ++j) part[q] += g[j] * win[j + q];
+        }
+        AddWarpSums8(part, dws + k);
+      },
+      [&](int k, auto in) {
+        float part = 0.f;
 #pragma unroll
-      for (int q = kWin - 8; q < kWin; ++q) win[q] = WideIn<kMasked>(src, ids, s, i0 + k + q);
-    }
-    float part[8];
+        for (int j = 0; j < kWideR; ++j) part += g[j] * in(j);
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      part[q] = 0.f;
-#pragma unroll
-      for (int j = 0; j < R; ++j) part[q] += g[j] * win[j + q];
-    }
-    AddWarpSums8(part, dws + k);
-  }
-  for (; k < W; ++k) {
-    float part = 0.f;
-#pragma unroll
-    for (int j = 0; j < R; ++j) part += g[j] * WideIn<kMasked>(src, ids, s, i0 + k + j);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(kFullMask, part, off);
-    if ((threadIdx.x & 31) == 0) dws[k] += part;
-  }
+        for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(kFullMask, part, off);
+        if ((threadIdx.x & 31) == 0) dws[k] += part;
+      });
 }
 
 // A lane's run under seq_idx, pass by pass: f(s, masked, take) for each id

@@ -21,18 +21,22 @@ def cfg(mode, cl):
 
 
 def test_the_table():
-    # every boundary of each rule, both sides
-    assert [gpu_kernel_wins(cfg(SEQ_IDX, False), W) for W in (1, 2, 4, 16, 17, 32, 33)] == \
-        [False, True, True, True, False, False, True]
-    assert [gpu_kernel_wins(cfg(ROWS, False), W) for W in (1, 2, 16, 17, 32, 33)] == \
-        [False, True, True, False, False, True]
-    assert [gpu_kernel_wins(cfg(SEQ_IDX, True), W) for W in (1, 2, 16, 17, 32)] == \
+    # every boundary of each rule, both sides; rows of whole 16-byte vectors
+    # (bf16: L % 8 == 0) unless said
+    wins = lambda c, W, L=4096, size=2: gpu_kernel_wins(c, W, L, size)  # noqa: E731
+    assert [wins(cfg(SEQ_IDX, False), W) for W in (1, 2, 4, 16, 17, 32, 33, 256)] == \
+        [False, True, True, True, True, True, True, True]
+    assert [wins(cfg(ROWS, False), W) for W in (1, 2, 16, 17, 32, 64)] == \
+        [False, True, True, True, True, True]
+    # channels-first rows that are not whole vectors, or varlen: the tile family, XLA past 16
+    assert [wins(cfg(ROWS, False), W, 4100) for W in (2, 16, 17, 64)] == [True, True, False, False]
+    assert [wins(cfg(ROWS, False), W, 4098, 4) for W in (16, 17)] == [True, False]
+    assert [wins(cfg(ROWS, False), 17, L, 4) for L in (4096, 4100)] == [True, True]
+    assert [wins(cfg(VARLEN, False), W) for W in (8, 16, 17)] == [True, True, False]
+    assert [wins(cfg(SEQ_IDX, True), W) for W in (1, 2, 16, 17, 32)] == \
         [False, True, True, True, True]
-    assert not gpu_kernel_wins(cfg(SEQ_IDX, False), 1) and not gpu_kernel_wins(cfg(ROWS, True), 1)
-    assert gpu_kernel_wins(cfg(SEQ_IDX, True), 4)
-    assert gpu_kernel_wins(cfg(ROWS, False), 16) and gpu_kernel_wins(cfg(VARLEN, False), 8)
-    assert not gpu_kernel_wins(cfg(ROWS, False), 32) and gpu_kernel_wins(cfg(ROWS, False), 64)
-    assert gpu_kernel_wins(cfg(ROWS, True), 32)
+    assert [wins(cfg(VARLEN, True), W, 4100) for W in (17, 64)] == [True, True]
+    assert not wins(cfg(SEQ_IDX, False), 1) and not wins(cfg(ROWS, True), 1)
 
 
 def _kernel_calls(f, *args):
@@ -61,8 +65,11 @@ def test_gpu_auto_routes_and_ffi_insists():
     w32 = jax.device_put(jnp.asarray(rng.standard_normal((16, 32)) / 32, jnp.float32), g)
     auto = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s)  # noqa: E731
     ffi = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, backend="ffi")  # noqa: E731
-    assert _kernel_calls(auto, x, w32, s) == 0 and _kernel_calls(ffi, x, w32, s) == 1
-    np.testing.assert_allclose(jax.jit(auto)(x, w32, s), jax.jit(ffi)(x, w32, s), rtol=1e-5, atol=1e-5)
+    # rows of partial vectors at W = 32 (the tile family): XLA, unless "ffi"
+    x66, s66 = x[:, :, :2].repeat(33, axis=2), s[:, :2].repeat(33, axis=1)
+    assert _kernel_calls(auto, x66, w32, s66) == 0 and _kernel_calls(ffi, x66, w32, s66) == 1
+    np.testing.assert_allclose(jax.jit(auto)(x66, w32, s66), jax.jit(ffi)(x66, w32, s66), rtol=1e-5, atol=1e-5)
+    assert _kernel_calls(auto, x, w32, s) == 1  # whole vectors at W = 32: the wide family
     assert _kernel_calls(auto, x, w, s) == 1  # seq_idx at W = 4 takes the kernel
     xl = jnp.swapaxes(x, 1, 2)
     cl = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, channels_last=True)  # noqa: E731

@@ -14,14 +14,16 @@ def forward(cfg, x, w, b, res, seq_idx, cu, init):
     return dispatch(cfg.backend, functools.partial(ffi_calls.forward, cfg),
                     functools.partial(xla_twins.forward, cfg), x.dtype,
                     x, w, b, res, seq_idx, cu, init,
-                    gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1]))
+                    gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1], x.shape[-2 if cfg.channels_last else -1],
+                                               x.dtype.itemsize))
 
 
 def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
     return dispatch(cfg.backend, functools.partial(ffi_calls.backward, cfg),
                     functools.partial(xla_twins.backward, cfg), x.dtype,
                     x, w, b, seq_idx, cu, init, dy, dfin,
-                    gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1]))
+                    gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1], x.shape[-2 if cfg.channels_last else -1],
+                                               x.dtype.itemsize))
 
 
 def update(cfg, x, state, w, b, cache, idx):
