@@ -32,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 
 WIDTHS = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 32, 64, 128)
+# GPU only: a width of the wide family's (W > 16) that is not a multiple of 16
+GPU_EXTRA_WIDTHS = (24,)
 F32_WIDTHS = (4, 8, 64)
 SMALL_WIDTHS = (4, 8)
 LAYOUTS = ("cf", "cl")
@@ -171,6 +173,8 @@ def cells(platform, widths=None, layouts=None, modes=None, dtypes=None, shapes=N
                 ws = SMALL_WIDTHS if dt == "bfloat16" else ()
             else:
                 ws = WIDTHS if dt == "bfloat16" else F32_WIDTHS
+                if dt == "bfloat16" and platform == "gpu":
+                    ws = tuple(sorted(ws + GPU_EXTRA_WIDTHS))
             if widths is not None:
                 ws = [w for w in ws if w in widths]
             for lay in LAYOUTS:

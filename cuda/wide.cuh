@@ -57,13 +57,14 @@ struct WideSmem {
     nx = H + kWideChunk + (backward ? hp : 0);
     nraw = hv + kWideChunk + (backward ? hp : 0);
     no = kWideChunk + (backward ? hp : 0);
+    // (each window array with kWideR slots to spare: WideWindow's last group)
     xs = 0;
-    gs = xs + WideAt(nx + kWideR);
-    taps = gs + (backward ? WideAt(no) : 0);
+    gs = xs + WideAt(nx + 2 * kWideR);
+    taps = gs + (backward ? WideAt(no + kWideR) : 0);
     dws = taps + W;
     idx = dws + (backward ? W : 0);
-    ido = idx + (masked ? WideAt(nx + kWideR) : 0);
-    raw = RoundUp(ido + (masked ? WideAt(no) : 0), 4);
+    ido = idx + (masked ? WideAt(nx + 2 * kWideR) : 0);
+    raw = RoundUp(ido + (masked ? WideAt(no + kWideR) : 0), 4);
     words = raw + nraw * elem_bytes / 4;
   }
 };
@@ -154,19 +155,21 @@ __device__ __forceinline__ float WideIn(const float* src, const int32_t* ids, in
   return v;
 }
 
-// Walks run `run`'s window for the taps k < W: group(k, win) for each group
-// of 8 taps from k, win[i] = element k + i of the window (i < kWideR + 7,
-// a sliding register window: 8 new elements per group); then single(k, in)
-// for the last W % 8 taps, in(j) = element k + j. Elements through WideIn.
-template <bool kMasked, typename Group, typename Single>
+// Walks run `run`'s window for the taps k < W in groups of 8: group(k, n,
+// win) for the n (<= 8, less only for the last) taps from k, with win[i] =
+// element k + i of the window (i < kWideR + 7, a sliding register window:
+// 8 new elements per group, at compile-time offsets). The last group's
+// window may reach past the staged elements it uses (WideSmem leaves room);
+// its taps past W are skipped, never multiplied.
+template <bool kMasked, typename Group>
 __device__ __forceinline__ void WideWindow(const float* src, const int32_t* ids, int32_t s, int run, int W,
-                                           Group&& group, Single&& single) {
+                                           Group&& group) {
   constexpr int kWin = kWideR + 7;
   float win[kWin];
   // element 16 kb + c (c < 32) at base + 17 kb + c + c / 16: constant offsets
   const int base = 17 * run;
   auto in = [&](int kb, int c) { return WideIn<kMasked>(src, ids, s, base + 17 * kb + c + (c >> 4)); };
-  auto step = [&](int k, int kb, int h) {  // the group of taps k = 16 kb + 8 h
+  auto step = [&](int k, int kb, int h, int n) {  // the group of taps k = 16 kb + 8 h
     if (k == 0) {
 #pragma unroll
       for (int q = 0; q < kWin; ++q) win[q] = in(0, q);
@@ -176,16 +179,15 @@ __device__ __forceinline__ void WideWindow(const float* src, const int32_t* ids,
 #pragma unroll
       for (int q = 0; q < 8; ++q) win[kWin - 8 + q] = in(kb, 8 * h + kWin - 8 + q);
     }
-    group(k, win);
+    group(k, n, win);
   };
   int k = 0, kb = 0;
   for (; k + 16 <= W; k += 16, ++kb) {
-    step(k, kb, 0);
-    step(k + 8, kb, 1);
+    step(k, kb, 0, 8);
+    step(k + 8, kb, 1, 8);
   }
-  if (k + 8 <= W) step(k, kb, 0), k += 8;
-  for (; k < W; ++k)
-    single(k, [&](int j) { return WideIn<kMasked>(src, ids, s, WideWin(run, k + j)); });
+  if (k + 8 <= W) step(k, kb, 0, 8), k += 8;
+  if (k < W) step(k, kb, (k & 8) >> 3, W - k);
 }
 
 // acc[j] += sum_{k < W} tap(k) * (element j + k of run's window), j <
@@ -193,28 +195,21 @@ __device__ __forceinline__ void WideWindow(const float* src, const int32_t* ids,
 template <bool kMasked, bool kReverse>
 __device__ __forceinline__ void WideTaps(const float* src, const int32_t* ids, int32_t s, int run,
                                          const float* taps, int W, float (&acc)[kWideR]) {
-  auto tap = [&](int k) { return taps[kReverse ? W - 1 - k : k]; };
-  WideWindow<kMasked>(
-      src, ids, s, run, W,
-      [&](int k, const float (&win)[kWideR + 7]) {
-        float wk[8];
+  WideWindow<kMasked>(src, ids, s, run, W, [&](int k, int n, const float (&win)[kWideR + 7]) {
 #pragma unroll
-        for (int q = 0; q < 8; ++q) wk[q] = tap(k + q);
+    for (int q = 0; q < 8; ++q) {
+      if (q >= n) break;
+      const float wk = taps[kReverse ? W - 1 - k - q : k + q];
 #pragma unroll
-        for (int q = 0; q < 8; ++q)
-#pragma unroll
-          for (int j = 0; j < kWideR; ++j) acc[j] += wk[q] * win[j + q];
-      },
-      [&](int k, auto in) {
-        const float wk = tap(k);
-#pragma unroll
-        for (int j = 0; j < kWideR; ++j) acc[j] += wk * in(j);
-      });
+      for (int j = 0; j < kWideR; ++j) acc[j] += wk * win[j + q];
+    }
+  });
 }
 
-// dst[lane / 4] += the warp's sum of v[lane / 4] (lanes 0, 4, .., 28 add):
-// the 8 sums by halving exchanges, 9 shuffles instead of 8 x 5.
-__device__ __forceinline__ void AddWarpSums8(const float (&v)[8], float* dst) {
+// dst[lane / 4] += the warp's sum of v[lane / 4] for lane / 4 < n (lanes
+// 0, 4, .., 28 add): the 8 sums by halving exchanges, 9 shuffles instead
+// of 8 x 5.
+__device__ __forceinline__ void AddWarpSums8(const float (&v)[8], float* dst, int n) {
   const int lane = threadIdx.x & 31;
   float u4[4], u2[2];
   bool hi = lane & 16;  // keeps sums 4..7, hands 0..3 to lane ^ 16
@@ -229,7 +224,7 @@ __device__ __forceinline__ void AddWarpSums8(const float (&v)[8], float* dst) {
   float u = (hi ? u2[1] : u2[0]) + __shfl_xor_sync(kFullMask, hi ? u2[0] : u2[1], 4);
   u += __shfl_xor_sync(kFullMask, u, 2);
   u += __shfl_xor_sync(kFullMask, u, 1);
-  if ((lane & 3) == 0) dst[lane >> 2] += u;
+  if ((lane & 3) == 0 && (lane >> 2) < n) dst[lane >> 2] += u;
 }
 
 // dws[k] += the warp's sum over its lanes of sum_j g[j] * (element j + k
@@ -238,26 +233,17 @@ __device__ __forceinline__ void AddWarpSums8(const float (&v)[8], float* dst) {
 template <bool kMasked>
 __device__ __forceinline__ void WideDweight(const float* src, const int32_t* ids, int32_t s, int run,
                                             const float (&g)[kWideR], int W, float* dws) {
-  WideWindow<kMasked>(
-      src, ids, s, run, W,
-      [&](int k, const float (&win)[kWideR + 7]) {
-        float part[8];
+  WideWindow<kMasked>(src, ids, s, run, W, [&](int k, int n, const float (&win)[kWideR + 7]) {
+    float part[8];
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          part[q] = 0.f;
+    for (int q = 0; q < 8; ++q) {
+      part[q] = 0.f;
+      if (q >= n) continue;
 #pragma unroll
-          for (int j = 0; j < kWideR; ++j) part[q] += g[j] * win[j + q];
-        }
-        AddWarpSums8(part, dws + k);
-      },
-      [&](int k, auto in) {
-        float part = 0.f;
-#pragma unroll
-        for (int j = 0; j < kWideR; ++j) part += g[j] * in(j);
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(kFullMask, part, off);
-        if ((threadIdx.x & 31) == 0) dws[k] += part;
-      });
+      for (int j = 0; j < kWideR; ++j) part[q] += g[j] * win[j + q];
+    }
+    AddWarpSums8(part, dws + k, n);
+  });
 }
 
 // A lane's run under seq_idx, pass by pass: f(s, masked, take) for each id

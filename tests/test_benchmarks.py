@@ -33,15 +33,15 @@ from jax_causal_conv.cli.progress import Progress  # noqa: E402
 
 def test_matrix_cells_match_issue_17():
     gpu = mc.cells("gpu")
-    # big shapes: 13 widths bf16 + 3 widths f32; small shapes: W 4, 8 bf16;
-    # each x 2 layouts x 3 modes
-    assert len(gpu) == 2 * (13 + 3) * 6 + 2 * 2 * 6 == 216
+    # big shapes: 13 widths bf16 (+ W=24, GPU only) + 3 widths f32; small
+    # shapes: W 4, 8 bf16; each x 2 layouts x 3 modes
+    assert len(gpu) == 2 * (14 + 3) * 6 + 2 * 2 * 6 == 228
     assert len(set(gpu)) == len(gpu)
     assert {c.W for c in gpu if c.dtype == "float32"} == {4, 8, 64}
     assert {c.W for c in gpu if c.shape == (32, 512, 1024)} == {4, 8}
     assert {c.shape for c in gpu} == {(8, 4096, 4096), (4, 2048, 16384), (32, 512, 1024),
                                       (1, 8192, 2048)}
-    assert {c.W for c in gpu if c.shape == (8, 4096, 4096)} == set(mc.WIDTHS)
+    assert {c.W for c in gpu if c.shape == (8, 4096, 4096)} == set(mc.WIDTHS) | {24}
     # cells sharing inputs are adjacent: the (shape, dtype, layout) groups come in runs
     groups = [(c.shape, c.dtype, c.layout) for c in gpu]
     runs = [g for i, g in enumerate(groups) if i == 0 or g != groups[i - 1]]
