@@ -4,7 +4,7 @@
 //   FinalStatesKernel: final_states (forward);
 //   StatesGradKernel: dinitial_states, and the final-states cotangent added
 //     to dx / dinitial_states (backward, after the main kernel wrote dx),
-//     a warp per channel;
+//     a warp per group of channels, lanes over the history slots;
 //   ReduceKernel: dweight/dbias from the per-block partial sums, in a fixed
 //     order (deterministic).
 // A state row's "final window" is the H inputs final_states copies: the
@@ -133,19 +133,27 @@ __device__ float GradAt(const ConvArgs& a, int64_t b, int64_t d, int64_t t, int6
   return ActGrad(pre, ToF(dy[io.At(b, d, t)]), a.act == Activation::kSilu);
 }
 
-// A warp per (state row, channel), its lanes over the H history slots:
-// g of the sequence's first H steps (each a W-tap pre-activation, lanes
-// reading consecutive steps) into the warp's shared g, then dinitial_states
-// slot j = sum_{i <= j} w[j - i] g[i] into its shared acc, the final-states
-// cotangent added there (slots before the sequence) or to dx, and acc out.
+// A warp per (state row, group of C channels), S = 32 / C lanes a channel
+// over its H history slots (C = 1 from H = 17 on, lanes then loop): g of
+// the sequence's first H steps (each a W-tap pre-activation) into the
+// warp's shared g, then dinitial_states slot j = sum_{i <= j} w[j - i] g[i]
+// into its shared acc, the final-states cotangent added there (slots before
+// the sequence) or to dx, and acc out.
+__host__ __device__ __forceinline__ int StatesLanes(int H) {  // S: a power of two >= H, at most 32
+  int n = 1;
+  while (n < H && n < 32) n *= 2;
+  return n;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArgs a) {
-  extern __shared__ float states_smem[];  // per warp: g[H], acc[H]
-  const int W = int(a.width), H = W - 1;
+  extern __shared__ float states_smem[];  // per warp: g[C][H], acc[C][H]
+  const int W = int(a.width), H = W - 1, S = StatesLanes(H), C = 32 / S;
   const int64_t D = a.dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  float* g = states_smem + 2 * H * warp;
-  float* acc = g + H;
+  const int c = lane / S, j0 = lane % S;  // this lane's channel in the group, first slot
+  float* g = states_smem + 2 * C * H * warp + c * H;
+  float* acc = g + C * H;
   const T* dfin = static_cast<const T*>(a.dfinal_states);
   T* dinit = static_cast<T*>(a.dinitial_states);
   T* dx = static_cast<T*>(a.dx);
@@ -154,17 +162,19 @@ __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArg
     const StateSeq s = LocateStateSeq(a, r);  // (block-wide)
     const int64_t lo = a.mode == SegmentMode::kVarlen ? s.lo : 0;
     const int64_t hrow = a.mode == SegmentMode::kVarlen && a.initial_states ? r : -1;
-    for (int64_t d = int64_t(blockIdx.y) * nwarps + warp; d < D; d += int64_t(gridDim.y) * nwarps) {
+    for (int64_t d0 = (int64_t(blockIdx.y) * nwarps + warp) * C; d0 < D; d0 += int64_t(gridDim.y) * nwarps * C) {
+      const int64_t d = d0 + c;
+      const bool live = d < D;  // (every lane takes part in the warp's syncs)
       const int64_t wrow = (s.b / a.batch_per_group()) * D + d;
       if (dinit) {  // g of step lo + i, where it reads the history (kSeqIdx: the history's id)
-        for (int i = lane; i < H; i += 32) {
+        for (int i = j0; live && i < H; i += S) {
           const int64_t t = lo + i;
           const bool reads = t < s.e && (a.mode != SegmentMode::kSeqIdx || IdAt(a, s.b, t, s.hist_id) == s.hist_id);
           g[i] = reads ? GradAt<T>(a, s.b, d, t, lo, hrow, s.hist_id) : 0.f;
         }
         __syncwarp();
       }
-      for (int j = lane; j < H; j += 32) {  // history slot j is read by tap j - i of step lo + i
+      for (int j = j0; live && j < H; j += S) {  // history slot j is read by tap j - i of step lo + i
         float v = 0.f;
         if (dinit)
           for (int i = 0; i <= j; ++i) v += LoadAnyF(a.weight, a.w_dtype, wrow * W + (j - i)) * g[i];
@@ -172,7 +182,7 @@ __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArg
       }
       __syncwarp();
       if (dfin) {  // (slot j of the final window goes to one step or one history slot: no two lanes meet)
-        for (int j = lane; j < H; j += 32) {
+        for (int j = j0; live && j < H; j += S) {
           const FinalSlot f = FinalSlotOf(a, s, j);
           const float gf = ToF(dfin[sl.At(r, d, j)]);
           if (f.step >= 0) {
@@ -185,8 +195,8 @@ __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArg
         __syncwarp();
       }
       if (dinit)
-        for (int j = lane; j < H; j += 32) dinit[sl.At(r, d, j)] = FromF<T>(acc[j]);
-      __syncwarp();  // acc and g are reused by the next channel
+        for (int j = j0; live && j < H; j += S) dinit[sl.At(r, d, j)] = FromF<T>(acc[j]);
+      __syncwarp();  // acc and g are reused by the next group
     }
   }
 }
@@ -226,8 +236,10 @@ cudaError_t FinalStatesT(const ConvArgs& a, cudaStream_t stream) {
 template <typename T>
 cudaError_t StatesGradT(const ConvArgs& a, cudaStream_t stream) {
   constexpr int kWarps = kStatesThreads / 32;
-  const dim3 blocks(unsigned(Min64(a.num_states, 65536)), unsigned(Min64(CeilDiv(a.dim, int64_t(kWarps)), 1024)));
-  const size_t smem = size_t(kWarps) * 2 * (a.width - 1) * sizeof(float);
+  const int H = int(a.width - 1), C = 32 / StatesLanes(H);
+  const int64_t groups = CeilDiv(a.dim, int64_t(C));
+  const dim3 blocks(unsigned(Min64(a.num_states, 65536)), unsigned(Min64(CeilDiv(groups, int64_t(kWarps)), 1024)));
+  const size_t smem = size_t(kWarps) * 2 * C * H * sizeof(float);
   StatesGradKernel<T><<<blocks, kStatesThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
