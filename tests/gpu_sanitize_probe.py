@@ -3,11 +3,13 @@
 kernel), compared with the CPU kernels, small enough to run under
 compute-sanitizer:
 
-    compute-sanitizer --tool memcheck python3 tests/gpu_sanitize_probe.py [PART NPARTS]
+    compute-sanitizer --tool memcheck python3 tests/gpu_sanitize_probe.py [PART NPARTS [wide]]
 
 A fault leaves the process's CUDA context unusable, so the cases can be split
 into NPARTS processes (this one runs every NPARTS-th case from PART): one
-faulty kernel then hides only the cases after it in its own part.
+faulty kernel then hides only the cases after it in its own part. `wide`
+keeps only the channels-first convolutions at W > 16 (the wide family and
+the tile family's wide widths), for the slower racecheck.
 """
 import inspect
 import sys
@@ -144,6 +146,8 @@ for cl in (False, True) if CL_DECODE else ():
         agree(f(xv), f(jax.device_put(xv, cpu)), jnp.float32, ("varlen_states", cl))
 
 mine = CASES[PART::NPARTS]
+if sys.argv[3:] == ["wide"]:
+    mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 16 and not w[6]]
 for i, (what, fn) in enumerate(mine):
     try:
         fn()
