@@ -1,0 +1,72 @@
+// Pieces shared by the decode hot paths (update_vec.cu, update_cl_vec.cu):
+// the block size, whole-word vectors of any byte count, weight rows of a
+// run-time dtype loaded as words.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common.cuh"
+
+namespace jcc::cuda {
+
+constexpr int kUpdateThreads = 128;
+
+// The widest word (16, 8 or 4 bytes) that divides kBytes.
+template <int kBytes>
+using WordOf = std::conditional_t<kBytes % 16 == 0, uint4, std::conditional_t<kBytes % 8 == 0, uint2, uint32_t>>;
+
+template <typename T, int kBytes>
+struct RawVec {  // kBytes of T in the widest whole words
+  using Word = WordOf<kBytes>;
+  static_assert(kBytes % 4 == 0, "whole 4-byte words");
+  static constexpr int kWords = kBytes / int(sizeof(Word));
+  Word w[kWords];
+  __device__ __forceinline__ void Load(const T* p) {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = __ldg(reinterpret_cast<const Word*>(p) + i);
+  }
+  __device__ __forceinline__ void Zero() {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = Word{};
+  }
+  __device__ __forceinline__ void Store(T* p) const {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) reinterpret_cast<Word*>(p)[i] = w[i];
+  }
+  __device__ __forceinline__ T& operator[](int j) { return reinterpret_cast<T*>(w)[j]; }
+  __device__ __forceinline__ T operator[](int j) const { return reinterpret_cast<const T*>(w)[j]; }
+};
+
+// n consecutive elements from element `first` (a multiple of n) of a
+// run-time-dtype array, as floats: raw word loads, then one switch. The word
+// divides n 2-byte elements, so `first` is aligned to it for any dtype.
+template <int n>
+__device__ __forceinline__ void LoadRowF(const void* base, DType t, int64_t first, float* out) {
+  using Word = WordOf<n * 2>;
+  constexpr int kWords = n * 4 / int(sizeof(Word));  // enough for float32; half used for 2-byte types
+  Word raw[kWords];
+  const int bytes = t == DType::kF32 ? 4 : 2;
+  const Word* p = reinterpret_cast<const Word*>(static_cast<const char*>(base) + first * bytes);
+#pragma unroll
+  for (int i = 0; i < kWords; ++i)
+    if (i * int(sizeof(Word)) < n * bytes) raw[i] = __ldg(p + i);
+  switch (t) {
+    case DType::kF32:
+#pragma unroll
+      for (int j = 0; j < n; ++j) out[j] = reinterpret_cast<const float*>(raw)[j];
+      break;
+    case DType::kF16:
+#pragma unroll
+      for (int j = 0; j < n; ++j) out[j] = __half2float(reinterpret_cast<const __half*>(raw)[j]);
+      break;
+    default:
+#pragma unroll
+      for (int j = 0; j < n; ++j) out[j] = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(raw)[j]);
+      break;
+  }
+}
+
+inline bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace jcc::cuda
