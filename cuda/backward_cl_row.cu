@@ -214,12 +214,8 @@ int ClRowVec(const ConvArgs& a, bool backward) {
 }
 
 cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, p.nchunk, ws, stream);
-    case DType::kF16: return LaunchT<__half>(a, p.nchunk, ws, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.nchunk, ws, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p.nchunk, ws, stream); });
 }
 
 }  // namespace jcc::cuda

@@ -203,12 +203,8 @@ cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStr
 }  // namespace
 
 cudaError_t BackwardStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, p, ws, stream);
-    case DType::kF16: return LaunchT<__half>(a, p, ws, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p, ws, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p, ws, stream); });
 }
 
 }  // namespace jcc::cuda

@@ -252,12 +252,8 @@ BackwardPlan TileBackwardPlan(const ConvArgs& a) {
 }
 
 cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  switch (a.x_dtype) {
-    case DType::kF32: return LaunchBwdTile<float>(a, p, ws, stream);
-    case DType::kF16: return LaunchBwdTile<__half>(a, p, ws, stream);
-    case DType::kBF16: return LaunchBwdTile<__nv_bfloat16>(a, p, ws, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchBwdTile<decltype(t)>(a, p, ws, stream); });
 }
 
 }  // namespace jcc::cuda

@@ -72,16 +72,7 @@ __global__ void __launch_bounds__(kStreamThreads, kMasked ? 3 : 4)
       LoadWideRun<T>(dyrow, p0, L, dy);
       float pre[kWideR] = {};
       auto pres = [&](int32_t s, bool masked, unsigned take) {
-        float acc[kWideR];
-#pragma unroll
-        for (int j = 0; j < kWideR; ++j) acc[j] = bias;
-        if (masked)
-          WideTaps<kMasked, false>(xs, idx, s, run + 1, taps, W, acc);
-        else
-          WideTaps<false, false>(xs, idx, s, run + 1, taps, W, acc);
-#pragma unroll
-        for (int j = 0; j < kWideR; ++j)
-          if ((take >> j) & 1) pre[j] = acc[j];
+        WidePre<kMasked>(xs, idx, s, masked, take, run + 1, taps, W, bias, pre);
       };
       unsigned live = ~0u;
       if (silu) {
@@ -181,12 +172,8 @@ cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStr
 }  // namespace
 
 cudaError_t BackwardWide(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, p, ws, stream);
-    case DType::kF16: return LaunchT<__half>(a, p, ws, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p, ws, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p, ws, stream); });
 }
 
 }  // namespace jcc::cuda

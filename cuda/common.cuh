@@ -87,6 +87,19 @@ __device__ __forceinline__ void StoreAnyF(void* base, DType t, int64_t i, float 
   }
 }
 
+// --- the launchers' one dtype switch ----------------------------------------
+// f(T()) with T the float type of dtype t (float32, float16, bfloat16), or
+// `otherwise` for any other dtype (float64 is CPU-only).
+template <typename R, typename F>
+R WithFloatType(DType t, R otherwise, F&& f) {
+  switch (t) {
+    case DType::kF32: return f(float());
+    case DType::kF16: return f(__half());
+    case DType::kBF16: return f(__nv_bfloat16());
+    default: return otherwise;
+  }
+}
+
 // --- activation ---------------------------------------------------------------
 __device__ __forceinline__ float Sigmoid(float v) { return 1.f / (1.f + __expf(-v)); }
 

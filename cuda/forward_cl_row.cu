@@ -159,12 +159,8 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, p.nchunk, stream);
-    case DType::kF16: return LaunchT<__half>(a, p.nchunk, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.nchunk, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p.nchunk, stream); });
 }
 
 }  // namespace jcc::cuda

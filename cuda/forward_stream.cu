@@ -143,12 +143,8 @@ int64_t StreamSpans(const ConvArgs& a, bool backward, int64_t* chunks_per_span) 
 }
 
 cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, p.spans_per_row, stream);
-    case DType::kF16: return LaunchT<__half>(a, p.spans_per_row, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.spans_per_row, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p.spans_per_row, stream); });
 }
 
 }  // namespace jcc::cuda

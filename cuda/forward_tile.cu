@@ -109,12 +109,8 @@ cudaError_t LaunchFwdTile(const ConvArgs& a, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t ForwardTile(const ConvArgs& a, cudaStream_t stream) {
-  switch (a.x_dtype) {
-    case DType::kF32: return LaunchFwdTile<float>(a, stream);
-    case DType::kF16: return LaunchFwdTile<__half>(a, stream);
-    case DType::kBF16: return LaunchFwdTile<__nv_bfloat16>(a, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchFwdTile<decltype(t)>(a, stream); });
 }
 
 }  // namespace jcc::cuda

@@ -49,16 +49,7 @@ __global__ void __launch_bounds__(kStreamThreads, kMasked ? 4 : 5)
     const int64_t p0 = c0 + kWideR * lane;
     float out[kWideR] = {};
     auto pres = [&](int32_t s, bool masked, unsigned take) {
-      float acc[kWideR];
-#pragma unroll
-      for (int j = 0; j < kWideR; ++j) acc[j] = bias;
-      if (masked)
-        WideTaps<kMasked, false>(xs, idx, s, lane + 1, taps, W, acc);
-      else
-        WideTaps<false, false>(xs, idx, s, lane + 1, taps, W, acc);
-#pragma unroll
-      for (int j = 0; j < kWideR; ++j)
-        if ((take >> j) & 1) out[j] = acc[j];
+      WidePre<kMasked>(xs, idx, s, masked, take, lane + 1, taps, W, bias, out);
     };
     unsigned live = ~0u;  // bit j: output j is not padding
     if constexpr (kMasked)
@@ -96,12 +87,8 @@ int64_t WideSpans(const ConvArgs& a) {
 }
 
 cudaError_t ForwardWide(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  switch (a.x_dtype) {
-    case DType::kF32: return LaunchT<float>(a, p.spans_per_row, stream);
-    case DType::kF16: return LaunchT<__half>(a, p.spans_per_row, stream);
-    case DType::kBF16: return LaunchT<__nv_bfloat16>(a, p.spans_per_row, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p.spans_per_row, stream); });
 }
 
 }  // namespace jcc::cuda

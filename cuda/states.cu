@@ -248,23 +248,15 @@ cudaError_t StatesGradT(const ConvArgs& a, cudaStream_t stream) {
 
 cudaError_t FinalStates(const ConvArgs& a, cudaStream_t stream) {
   if (!a.final_states || a.width < 2 || a.num_states == 0 || a.dim == 0) return cudaSuccess;
-  switch (a.x_dtype) {
-    case DType::kF32: return FinalStatesT<float>(a, stream);
-    case DType::kF16: return FinalStatesT<__half>(a, stream);
-    case DType::kBF16: return FinalStatesT<__nv_bfloat16>(a, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return FinalStatesT<decltype(t)>(a, stream); });
 }
 
 cudaError_t StatesGrad(const ConvArgs& a, cudaStream_t stream) {
   if ((!a.dinitial_states && !a.dfinal_states) || a.width < 2 || a.num_states == 0 || a.dim == 0)
     return cudaSuccess;
-  switch (a.x_dtype) {
-    case DType::kF32: return StatesGradT<float>(a, stream);
-    case DType::kF16: return StatesGradT<__half>(a, stream);
-    case DType::kBF16: return StatesGradT<__nv_bfloat16>(a, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return StatesGradT<decltype(t)>(a, stream); });
 }
 
 cudaError_t ReduceWeightGrads(const ConvArgs& a, const float* ws, int64_t nparts, cudaStream_t stream) {

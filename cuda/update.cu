@@ -109,21 +109,13 @@ cudaError_t VarlenStatesT(const VarlenStatesArgs& v, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t Update(const UpdateArgs& u, cudaStream_t stream) {
-  switch (u.x_dtype) {
-    case DType::kF32: return UpdateT<float>(u, stream);
-    case DType::kF16: return UpdateT<__half>(u, stream);
-    case DType::kBF16: return UpdateT<__nv_bfloat16>(u, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(u.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return UpdateT<decltype(t)>(u, stream); });
 }
 
 cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream) {
-  switch (v.x_dtype) {
-    case DType::kF32: return VarlenStatesT<float>(v, stream);
-    case DType::kF16: return VarlenStatesT<__half>(v, stream);
-    case DType::kBF16: return VarlenStatesT<__nv_bfloat16>(v, stream);
-    default: return cudaErrorNotSupported;
-  }
+  return WithFloatType(v.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return VarlenStatesT<decltype(t)>(v, stream); });
 }
 
 }  // namespace jcc::cuda

@@ -101,12 +101,8 @@ bool TryUpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) 
 }  // namespace
 
 bool UpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
-  switch (u.x_dtype) {
-    case DType::kF32: return TryUpdateClVec<float>(u, stream, err);
-    case DType::kF16: return TryUpdateClVec<__half>(u, stream, err);
-    case DType::kBF16: return TryUpdateClVec<__nv_bfloat16>(u, stream, err);
-    default: return false;
-  }
+  return WithFloatType(u.x_dtype, false,
+                       [&](auto t) { return TryUpdateClVec<decltype(t)>(u, stream, err); });
 }
 
 }  // namespace jcc::cuda

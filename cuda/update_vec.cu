@@ -254,12 +254,8 @@ bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
 }  // namespace
 
 bool UpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
-  switch (u.x_dtype) {
-    case DType::kF32: return TryUpdateVec<float>(u, stream, err);
-    case DType::kF16: return TryUpdateVec<__half>(u, stream, err);
-    case DType::kBF16: return TryUpdateVec<__nv_bfloat16>(u, stream, err);
-    default: return false;
-  }
+  return WithFloatType(u.x_dtype, false,
+                       [&](auto t) { return TryUpdateVec<decltype(t)>(u, stream, err); });
 }
 
 }  // namespace jcc::cuda

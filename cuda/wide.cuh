@@ -206,6 +206,24 @@ __device__ __forceinline__ void WideTaps(const float* src, const int32_t* ids, i
   });
 }
 
+// A pass of pre-activations: out[j] = bias + the taps over run's window
+// (masked: inputs of id s only), for the bits j of take.
+template <bool kMasked>
+__device__ __forceinline__ void WidePre(const float* xs, const int32_t* idx, int32_t s, bool masked,
+                                        unsigned take, int run, const float* taps, int W, float bias,
+                                        float (&out)[kWideR]) {
+  float acc[kWideR];
+#pragma unroll
+  for (int j = 0; j < kWideR; ++j) acc[j] = bias;
+  if (masked)
+    WideTaps<kMasked, false>(xs, idx, s, run, taps, W, acc);
+  else
+    WideTaps<false, false>(xs, idx, s, run, taps, W, acc);
+#pragma unroll
+  for (int j = 0; j < kWideR; ++j)
+    if ((take >> j) & 1) out[j] = acc[j];
+}
+
 // dst[lane / 4] += the warp's sum of v[lane / 4] for lane / 4 < n (lanes
 // 0, 4, .., 28 add): the 8 sums by halving exchanges, 9 shuffles instead
 // of 8 x 5.
