@@ -140,4 +140,16 @@ __device__ __forceinline__ int64_t BatchPerGroupFast(const ConvArgs& a) { return
 // Ceil division for launch sizes.
 __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Launch of a family kernel with `smem` bytes of dynamic shared memory.
+template <typename Kernel, typename... Args>
+cudaError_t LaunchWithSmem(Kernel* kernel, int64_t blocks, int threads, size_t smem, cudaStream_t stream,
+                           Args... args) {
+  if (smem > 48 * 1024) {
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  kernel<<<unsigned(blocks), threads, smem, stream>>>(args...);
+  return cudaGetLastError();
+}
+
 }  // namespace jcc::cuda

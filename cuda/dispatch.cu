@@ -32,6 +32,15 @@ bool ClRowFits(const ConvArgs& a, bool backward, const void* in2, const void* ou
   return a.dim % vec == 0 && Aligned(a.x, bytes) && Aligned(in2, bytes) && Aligned(out, bytes);
 }
 
+// Channels-last, dense x of whole aligned groups of kWideClCh channels
+// (16- or 32-byte pieces of rows), one sequence per row or seq_idx: the
+// channels-last wide family (W > 16).
+bool WideClFits(const ConvArgs& a, const void* in2, const void* out) {
+  const bool mode = a.mode == SegmentMode::kRow || a.mode == SegmentMode::kSeqIdx;
+  return a.channels_last && a.width > 16 && mode && a.x_batch_stride == 0 && a.x_row_stride == 0 &&
+         a.dim % kWideClCh == 0 && Aligned(a.x, 16) && Aligned(in2, 16) && Aligned(out, 16);
+}
+
 }  // namespace
 
 ForwardPlan PlanForward(const ConvArgs& a) {
@@ -43,6 +52,8 @@ ForwardPlan PlanForward(const ConvArgs& a) {
     p.family = ForwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
+  } else if (WideClFits(a, a.residual, a.y) && (p.spans_per_row = WideClSpans(a)) > 0) {
+    p.family = ForwardPlan::kWideCl;
   } else if (ClRowFits(a, false, a.residual, a.y) &&
              (p.nchunk = ClRowChunks(a, false)) > 0) {
     p.family = ForwardPlan::kClRow;
@@ -60,6 +71,8 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
     p.family = BackwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
+  } else if (WideClFits(a, a.dy, a.dx) && (p.nchunk = WideClSpans(a)) > 0) {
+    p.family = BackwardPlan::kWideCl;
   } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true)) > 0) {
     p.family = BackwardPlan::kClRow;
   } else {
@@ -76,6 +89,7 @@ cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
   switch (p.family) {
     case ForwardPlan::kStream: err = ForwardStream(a, p, stream); break;
     case ForwardPlan::kWide: err = ForwardWide(a, p, stream); break;
+    case ForwardPlan::kWideCl: err = ForwardWideCl(a, p, stream); break;
     case ForwardPlan::kClRow: err = ForwardClRow(a, p, stream); break;
     case ForwardPlan::kTile: err = ForwardTile(a, stream); break;
     case ForwardPlan::kNone: break;
@@ -96,6 +110,7 @@ cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream) {
   switch (p.family) {
     case BackwardPlan::kStream: err = BackwardStream(a, p, ws, stream); break;
     case BackwardPlan::kWide: err = BackwardWide(a, p, ws, stream); break;
+    case BackwardPlan::kWideCl: err = BackwardWideCl(a, p, ws, stream); break;
     case BackwardPlan::kClRow: err = BackwardClRow(a, p, ws, stream); break;
     case BackwardPlan::kTile: err = BackwardTile(a, p, ws, stream); break;
     case BackwardPlan::kNone: break;

@@ -48,20 +48,14 @@ __global__ void __launch_bounds__(kStreamThreads, kMasked ? 4 : 5)
     // this lane's outputs: steps p0 + j, whose windows are run lane + 1's
     const int64_t p0 = c0 + kWideR * lane;
     float out[kWideR] = {};
-    auto pres = [&](int32_t s, bool masked, unsigned take) {
-      WidePre<kMasked>(xs, idx, s, masked, take, lane + 1, taps, W, bias, out);
-    };
-    unsigned live = ~0u;  // bit j: output j is not padding
-    if constexpr (kMasked)
-      live = WidePasses(clean, ido[0], [&](int j) { return ido[WideAt(kWideR * lane + j)]; }, pres);
-    else
-      pres(0, false, ~0u);
+    WideForwardRun<kMasked>(xs, idx, ido, clean, taps, W, bias, silu, out);
     if (p0 >= L) continue;
-    float r[kWideR];
-    if (res) LoadWideRun<T>(res, p0, L, r);
+    if (res) {
+      float r[kWideR];
+      LoadWideRun<T>(res, p0, L, r);
 #pragma unroll
-    for (int j = 0; j < kWideR; ++j)
-      out[j] = ((live >> j) & 1 ? Activate(out[j], silu) : 0.f) + (res ? r[j] : 0.f);
+      for (int j = 0; j < kWideR; ++j) out[j] += r[j];
+    }
     StoreWideRun<T>(yrow, p0, L, out);
   }
 }
@@ -70,13 +64,8 @@ template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
   const bool masked = a.mode == SegmentMode::kSeqIdx;
   const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), false, masked, int(sizeof(T))).words * 4;
-  auto* kernel = masked ? FwdWideKernel<T, true> : FwdWideKernel<T, false>;
-  if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
-  kernel<<<unsigned(StreamBlocks(a, spans_per_row)), kStreamThreads, smem, stream>>>(a, spans_per_row);
-  return cudaGetLastError();
+  return LaunchWithSmem(masked ? FwdWideKernel<T, true> : FwdWideKernel<T, false>,
+                        StreamBlocks(a, spans_per_row), kStreamThreads, smem, stream, a, spans_per_row);
 }
 
 }  // namespace

@@ -12,6 +12,9 @@
 //     sequence per row or seq_idx, W <= 16;
 //   kWide (forward_wide.cu, backward_wide.cu, wide.cuh): the same rows,
 //     W > 16 at a run-time width;
+//   kWideCl (forward_wide_cl.cu, backward_wide_cl.cu, wide_cl.cuh):
+//     channels-last, dense x of whole aligned groups of kWideClCh channels,
+//     one sequence per row or seq_idx, W > 16 (the wide family's work);
 //   kClRow (forward_cl_row.cu, backward_cl_row.cu): channels-last, whole
 //     aligned channel vectors, dense x, every sequence mode, W <= 16;
 //   kTile (forward_tile.cu, backward_tile.cu, tile.cuh): everything else:
@@ -50,13 +53,13 @@ cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream);
 // --- plans and families (internal to the CUDA module) ----------------------------
 
 struct ForwardPlan {
-  enum Family { kNone, kStream, kWide, kClRow, kTile } family = kNone;
-  int64_t spans_per_row = 0;  // kStream: warp chunks per row; kWide: warp spans per row
+  enum Family { kNone, kStream, kWide, kWideCl, kClRow, kTile } family = kNone;
+  int64_t spans_per_row = 0;  // kStream: warp chunks per row; kWide(Cl): spans per row
   int64_t nchunk = 0;         // kClRow: time chunks per row
 };
 
 struct BackwardPlan {
-  enum Family { kNone, kStream, kWide, kClRow, kTile } family = kNone;
+  enum Family { kNone, kStream, kWide, kWideCl, kClRow, kTile } family = kNone;
   int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks
   int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
@@ -69,16 +72,20 @@ BackwardPlan PlanBackward(const ConvArgs& a);
 // Family launchers, given a plan of their family.
 cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardWide(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
+cudaError_t ForwardWideCl(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardTile(const ConvArgs& a, cudaStream_t stream);
 cudaError_t BackwardStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardWide(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
+cudaError_t BackwardWideCl(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 
 // Plan pieces each family computes for itself (0 / kNone: it does not fit).
 int64_t StreamSpans(const ConvArgs& a, bool backward, int64_t* chunks_per_span);
 int64_t WideSpans(const ConvArgs& a);  // warp spans per row
+int64_t WideClSpans(const ConvArgs& a);  // block spans per row
+constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family
 int64_t ClRowChunks(const ConvArgs& a, bool backward);
 int ClRowVec(const ConvArgs& a, bool backward);  // channels per thread
 BackwardPlan TileBackwardPlan(const ConvArgs& a);

@@ -291,6 +291,134 @@ __device__ __forceinline__ unsigned WidePasses(bool clean, int32_t clean_id, Own
   return live;
 }
 
+// A lane's outputs for the chunk staged in xs (idx, ido: its ids), steps
+// c0 + kWideR * lane + j: activated, zeros on padding (out zeroed first).
+template <bool kMasked>
+__device__ __forceinline__ void WideForwardRun(const float* xs, const int32_t* idx, const int32_t* ido,
+                                               bool clean, const float* taps, int W, float bias, bool silu,
+                                               float (&out)[kWideR]) {
+  const int lane = threadIdx.x & 31;
+  auto pres = [&](int32_t s, bool masked, unsigned take) {
+    WidePre<kMasked>(xs, idx, s, masked, take, lane + 1, taps, W, bias, out);
+  };
+  unsigned live = ~0u;  // bit j: output j is not padding
+  if constexpr (kMasked)
+    live = WidePasses(clean, ido[0], [&](int j) { return ido[WideAt(kWideR * lane + j)]; }, pres);
+  else
+    pres(0, false, ~0u);
+#pragma unroll
+  for (int j = 0; j < kWideR; ++j) out[j] = (live >> j) & 1 ? Activate(out[j], silu) : 0.f;
+}
+
+// A warp's backward work on the chunk staged in xs (idx, ido: its ids;
+// gs: its g buffer, whose steps kWideChunk .. + hp hold the first g of the
+// chunk after, handed over by the caller unless `last`): for each run from
+// step c0 + kWideR * run, with dy_of(run, dy) its dy (zeros past the row),
+//   g = dy * act'(pre)  (pre recomputed from x; zero on padding)
+// into gs (`last`: the runs after the chunk too, by the first lanes; the
+// others repeat the last of those runs: the passes shuffle; one call site
+// of the run's g, so that it is inlined once); then
+//   dws[k] += g * x[t - H + k] (summed over the warp), dbias += g,
+//   dx = sum_k w[k] g[t + H - k]  for this lane's run.
+// seq_idx passes as in the forward: pass s reads inputs (and g) of id s
+// only and takes the run's outputs (and inputs) of id s.
+template <bool kMasked, typename DyOf>
+__device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, const int32_t* idx,
+                                                const int32_t* ido, bool clean, const float* taps, float* dws,
+                                                int W, int hp, float bias, bool silu, bool last, DyOf&& dy_of,
+                                                float& dbias, float (&dx)[kWideR]) {
+  const int lane = threadIdx.x & 31;
+  auto g_of = [&](int run, float (&g)[kWideR]) {
+    auto own = [&](int j) { return ido[WideAt(kWideR * run + j)]; };
+    float dy[kWideR];
+    dy_of(run, dy);
+    float pre[kWideR] = {};
+    auto pres = [&](int32_t s, bool masked, unsigned take) {
+      WidePre<kMasked>(xs, idx, s, masked, take, run + 1, taps, W, bias, pre);
+    };
+    unsigned live = ~0u;
+    if (silu) {
+      if constexpr (kMasked)
+        live = WidePasses(clean, ido[0], own, pres);
+      else
+        pres(0, false, ~0u);
+    } else if constexpr (kMasked) {
+#pragma unroll
+      for (int j = 0; j < kWideR; ++j) live &= own(j) >= 0 ? ~0u : ~(1u << j);
+    }
+#pragma unroll
+    for (int j = 0; j < kWideR; ++j)
+      g[j] = (live >> j) & 1 ? (silu ? ActGrad(pre[j], dy[j], true) : dy[j]) : 0.f;
+  };
+  const int nahead = hp / kWideR;
+  for (int ahead = last; ahead >= 0; --ahead) {
+    const int run = ahead ? kWideChunk / kWideR + min(lane, nahead - 1) : lane;
+    float gr[kWideR];
+    g_of(run, gr);
+    if (!ahead || lane < nahead)
+#pragma unroll
+      for (int j = 0; j < kWideR; ++j) gs[WideAt(kWideR * run + j)] = gr[j];
+  }
+  auto own = [&](int j) { return ido[WideAt(kWideR * lane + j)]; };
+  float g[kWideR];  // this lane's own, written above
+#pragma unroll
+  for (int j = 0; j < kWideR; ++j) g[j] = gs[WideAt(kWideR * lane + j)], dbias += g[j];
+
+  // dweight: pass s takes the g of the outputs of id s over inputs of id s
+  auto dweight = [&](int32_t s, bool masked, unsigned take) {
+    float gt[kWideR];
+#pragma unroll
+    for (int j = 0; j < kWideR; ++j) gt[j] = (take >> j) & 1 ? g[j] : 0.f;
+    if (masked)
+      WideDweight<kMasked>(xs, idx, s, lane + 1, gt, W, dws);
+    else
+      WideDweight<false>(xs, idx, s, lane + 1, gt, W, dws);
+  };
+  if constexpr (kMasked)
+    WidePasses(clean, ido[0], own, dweight);
+  else
+    dweight(0, false, ~0u);
+  __syncwarp();  // the g buffer is complete
+
+  // dx of the run's inputs: pass s sums the g of outputs of id s into the
+  // inputs of id s (padding inputs get none: their outputs' g is 0 anyway)
+#pragma unroll
+  for (int j = 0; j < kWideR; ++j) dx[j] = 0.f;
+  auto dxs = [&](int32_t s, bool masked, unsigned take) {
+    float acc[kWideR] = {};
+    if (masked)
+      WideTaps<kMasked, true>(gs, ido, s, lane, taps, W, acc);
+    else
+      WideTaps<false, true>(gs, ido, s, lane, taps, W, acc);
+#pragma unroll
+    for (int j = 0; j < kWideR; ++j)
+      if ((take >> j) & 1) dx[j] = acc[j];
+  };
+  if constexpr (kMasked)
+    WidePasses(clean, ido[0], own, dxs);
+  else
+    dxs(0, false, ~0u);
+}
+
+// The warp's partial dweight (dws[0..W)) and dbias (this lane's share,
+// summed over the warp here) of channel d, span `span` of batch row b, to
+// ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
+// states.cu's ReduceKernel. Every lane calls it.
+__device__ __forceinline__ void StoreWidePartials(const ConvArgs& a, float* ws, int64_t spans_per_row,
+                                                  int64_t b, int64_t d, int64_t span, const float* dws,
+                                                  float dbias) {
+  const int lane = threadIdx.x & 31, W = int(a.width);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) dbias += __shfl_xor_sync(kFullMask, dbias, off);
+  __syncwarp();
+  const int64_t bpg = BatchPerGroupFast(a), grp = DivFast(b, bpg);
+  const int64_t nparts = bpg * spans_per_row;
+  const int64_t partidx = (b - grp * bpg) * spans_per_row + span;
+  float* out = ws + ((grp * nparts + partidx) * a.dim + d) * (W + 1);
+  for (int k = lane; k < W; k += 32) out[k] = dws[k];
+  if (lane == 0) out[W] = dbias;
+}
+
 // Stores a lane's run of outputs (steps p0 .. p0 + kWideR) as whole vectors
 // up to the row's end (len is whole vectors).
 template <typename T>

@@ -1,5 +1,5 @@
 """Forward and backward calls on shapes that take every CUDA kernel family
-(streaming, channels-last rows, tile; the state kernels; every decode
+(streaming, wide, channels-last rows and wide, tile; the state kernels; every decode
 kernel), compared with the CPU kernels, small enough to run under
 compute-sanitizer:
 
@@ -8,8 +8,8 @@ compute-sanitizer:
 A fault leaves the process's CUDA context unusable, so the cases can be split
 into NPARTS processes (this one runs every NPARTS-th case from PART): one
 faulty kernel then hides only the cases after it in its own part. `wide`
-keeps only the channels-first convolutions at W > 16 (the wide family and
-the tile family's wide widths), for the slower racecheck.
+keeps only the convolutions at W > 16 (both wide families and the tile
+family's wide widths), for the slower racecheck and synccheck.
 """
 import inspect
 import sys
@@ -65,6 +65,9 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.float32, (1, 5, 1000), 17, False, "states"),   # wide family, partial chunk
     (jnp.bfloat16, (1, 4, 1048), 256, False, "plain"),  # wide family, widest
     (jnp.bfloat16, (1, 20, 700), 256, True, "seq"),     # tile, widest, large shared memory
+    (jnp.bfloat16, (2, 16, 4616), 40, True, "seq"),     # channels-last wide, masked, 2 spans
+    (jnp.float32, (1, 8, 1000), 17, True, "states"),    # channels-last wide, 32-byte rows, partial chunk
+    (jnp.float32, (1, 8, 1048), 256, True, "seq"),      # channels-last wide, widest, most shared memory
 ]
 def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)
@@ -147,7 +150,7 @@ for cl in (False, True) if CL_DECODE else ():
 
 mine = CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
-    mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 16 and not w[6]]
+    mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 16]
 for i, (what, fn) in enumerate(mine):
     try:
         fn()

@@ -6,6 +6,8 @@ compares, per dtype; names containing "small" form the reduced grid that the
 compute-sanitizer runs use.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -147,16 +149,18 @@ def test_small_every_width_and_mode(dtype, W, cl):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [17, 24, 33, 64, 200])
-def test_small_wide_family_spans(dtype, W):
-    """The wide family (channels-first whole-vector rows, W > 16): rows of
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_wide_family_spans(dtype, W, cl):
+    """The wide families (channels-first whole-vector rows, channels-last
+    whole groups of 8 channels; W > 16): rows of
     several warp spans (4096 steps) and a partial last chunk; seq_idx with
     segments that end inside and across spans and chunks, a run of
     one-token segments, padding in the middle and at the tail, and an id
     that returns; a vmapped weight (groups); forward and gradients, GPU
     against the CPU kernels."""
-    rng = np.random.default_rng(W)
-    B, D, L = 2, 6, 9000
-    x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+    rng = np.random.default_rng(W + cl)
+    B, D, L = 2, 16 if cl else 6, 9000
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
     res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
     ids = np.zeros((B, L), np.int32)
     for r in range(B):
@@ -168,18 +172,19 @@ def test_small_wide_family_spans(dtype, W):
     ids[:, -37:] = -1                        # and a padded tail
     sidx = jnp.asarray(ids)
 
+    conv = functools.partial(jcc.causal_conv1d, channels_last=cl, backend="ffi")
+
     def f(x, w, b, r, h):
-        y1 = jcc.causal_conv1d(x, w, b, activation="silu", residual=r, backend="ffi")
-        y2, s2 = jcc.causal_conv1d(x, w, b, initial_states=h, return_final_states=True, backend="ffi")
-        y3, s3 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
-                                   return_final_states=True, residual=r, backend="ffi")
-        y4 = jcc.causal_conv1d(x, w, b, seq_idx=sidx, backend="ffi")  # no activation, no states
+        y1 = conv(x, w, b, activation="silu", residual=r)
+        y2, s2 = conv(x, w, b, initial_states=h, return_final_states=True)
+        y3, s3 = conv(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                      return_final_states=True, residual=r)
+        y4 = conv(x, w, b, seq_idx=sidx)  # no activation, no states
         return y1, y2, s2, y3, s3, y4
 
     check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, "wide spans")
     wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
-    fv = jax.vmap(lambda x, w: jcc.causal_conv1d(x[None], w, b, activation="silu", seq_idx=sidx[:1],
-                                                 backend="ffi")[0])
+    fv = jax.vmap(lambda x, w: conv(x[None], w, b, activation="silu", seq_idx=sidx[:1])[0])
     check(grads(fv, (0, 1)), (x, wv), dtype, "wide groups")
 
 
@@ -278,6 +283,7 @@ def test_small_empty():
 CMD_BUFFER_CHILD = """
 import jax, jax.numpy as jnp, numpy as np
 import jax_causal_conv as jcc
+from jax_causal_conv._lowering import targets as _ffi
 
 gpu, cpu = jax.devices("gpu")[0], jax.devices("cpu")[0]
 rng = np.random.default_rng(0)

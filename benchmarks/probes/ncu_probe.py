@@ -2,8 +2,8 @@
 
 `seq` as the argument: instead, the forward and the training step of W=4
 channels-first and channels-last, dense and with seq_idx (8 segments, a
-padded tail), (8, 4096, 4096) bf16; `wide`: the same for channels-first
-W=32 (the wide family). From the repository root:
+padded tail), (8, 4096, 4096) bf16; `wide`: the same at W=32 (the wide
+families). From the repository root:
     PYTHONPATH=src:. ncu --kernel-name regex:'Stream|ClRow|UpdateVec|input_reduce_slice' \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis \
@@ -36,7 +36,7 @@ if sys.argv[1:2] in (["seq"], ["wide"]):
     sidx = jnp.asarray(ids)
     w = jnp.asarray(rng.standard_normal((D, W)) / 2, dt)
     b = jnp.asarray(rng.standard_normal((D,)), dt)
-    for cl in (False, True) if W == 4 else (False,):
+    for cl in (False, True):
         x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), dt)
         for s in (None, sidx):
             f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s,
