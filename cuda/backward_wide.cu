@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kStreamThreads, kMasked ? 3 : 4)
   T* dxrow = static_cast<T*>(a.dx) + row;
   const bool silu = a.act == Activation::kSilu;
   const int32_t hist = kMasked ? HistoryId(a, b) : 0;
-  const float bias = StageWideTaps(a, b, d, taps);
+  const float bias = StageWideTaps(a, b, d, true, taps);
   for (int k = lane; k < W; k += 32) dws[k] = 0.f;
   float dbias = 0.f;
   const int64_t last = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan) - 1;

@@ -3,8 +3,8 @@
 // as backward_wide.cu's warps do. Per chunk the block stages the rows of x
 // (steps c0 - H .. c0 + kWideChunk + hp) and of dy (c0 .. c0 + kWideChunk
 // + hp), each warp hands its g buffer's first hp steps over to its end and
-// runs WideBackwardRun for its channel, and the block writes dx back as
-// whole rows. Partial dweight/dbias per warp as in backward_wide.cu.
+// runs WideBackwardRun for its channel into the output rows, and the block
+// writes dx back as whole rows beside the next chunk's staging. Partial dweight/dbias per warp as in backward_wide.cu.
 #include "launchers.h"
 #include "wide_cl.cuh"
 
@@ -34,9 +34,10 @@ __global__ void __launch_bounds__(kWideClThreads, 2)
   const int64_t L = a.len, b = pl.b, g = pl.g, d = g * kWideClCh + warp;
   const T* x = static_cast<const T*>(a.x);
   const T* dy = static_cast<const T*>(a.dy);
+  T* dxp = static_cast<T*>(a.dx);
   const bool silu = a.act == Activation::kSilu;
   const int32_t hist = kMasked ? HistoryId(a, b) : 0;
-  const float bias = StageWideTaps(a, b, d, taps);
+  const float bias = StageWideTaps(a, b, d, true, taps);
   for (int k = lane; k < W; k += 32) dws[k] = 0.f;
   float dbias = 0.f;
   const int64_t last = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan) - 1;
@@ -49,14 +50,15 @@ __global__ void __launch_bounds__(kWideClThreads, 2)
   for (int64_t ci = last; ci >= pl.first_chunk; --ci) {
     const int64_t c0 = ci * kWideChunk;
     CpAsyncWait<0>();
-    __syncthreads();  // the chunk's rows are in; the previous chunk's readers are done
+    __syncthreads();  // the chunk's rows are in; the chunk walked before left its dx in ys
+    if (ci != last) StoreWideClRows<T>(a, dxp, nullptr, b, g, c0 + kWideChunk, ys);
     ConvertWideClRows<T>(a, rx, b, g, c0 - H, sm.nx, block + sm.xs, sm.warp_words, kWideR);
     ConvertWideClRows<T>(a, rdy, b, g, c0, sm.no, block + sm.dys, sm.warp_words, 0);
     if (ci != last)  // hand over the first g of the chunk walked before
       for (int e = lane; e < hp; e += 32) gs[WideAt(kWideChunk + e)] = gs[WideAt(e)];
     bool clean = true;
     if constexpr (kMasked) clean = StageWideClIds(a, b, c0 - H, sm, hist, idx, ido);
-    clean = __syncthreads_and(clean);
+    clean = __syncthreads_and(clean);  // (and ys is free again)
     // the next chunk's rows, in flight during this chunk's work
     if (ci > pl.first_chunk) issue(c0 - kWideChunk);
 
@@ -68,9 +70,9 @@ __global__ void __launch_bounds__(kWideClThreads, 2)
                              },
                              dbias, dx);
     PutWideClRun(ys, dx);
-    __syncthreads();
-    StoreWideClRows<T>(a, static_cast<T*>(a.dx), nullptr, b, g, c0, ys);
   }
+  __syncthreads();
+  StoreWideClRows<T>(a, dxp, nullptr, b, g, pl.first_chunk * kWideChunk, ys);
   StoreWidePartials(a, ws, spans_per_row, b, d, pl.first_chunk / kWideSpan, dws, dbias);
 }
 

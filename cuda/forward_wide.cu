@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kStreamThreads, kMasked ? 4 : 5)
   T* yrow = static_cast<T*>(a.y) + row;
   const bool silu = a.act == Activation::kSilu;
   const int32_t hist = kMasked ? HistoryId(a, b) : 0;
-  const float bias = StageWideTaps(a, b, d, taps);
+  const float bias = StageWideTaps(a, b, d, false, taps);
 
   const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
   IssueWideX<T>(a, xrow, b, d, pl.first_chunk * kWideChunk - sm.hv, sm.nraw, raw);

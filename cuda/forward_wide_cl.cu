@@ -1,7 +1,8 @@
 // The channels-last wide forward (wide_cl.cuh): per chunk the block stages
 // the rows of steps c0 - H .. c0 + kWideChunk, each warp computes its
-// channel's runs as forward_wide.cu does, and the block writes the outputs
-// back as whole rows (plus the residual).
+// channel's runs as forward_wide.cu does into the output rows, and the block
+// writes them back as whole rows (plus the residual) beside the next chunk's
+// staging (two block barriers per chunk).
 #include "launchers.h"
 #include "wide_cl.cuh"
 
@@ -28,27 +29,30 @@ __global__ void __launch_bounds__(kWideClThreads, 2)
   const T* x = static_cast<const T*>(a.x);
   const bool silu = a.act == Activation::kSilu;
   const int32_t hist = kMasked ? HistoryId(a, b) : 0;
-  const float bias = StageWideTaps(a, b, g * kWideClCh + warp, taps);
+  const float bias = StageWideTaps(a, b, g * kWideClCh + warp, false, taps);
 
   const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
   IssueWideClRows<T>(a, x, b, g, pl.first_chunk * kWideChunk - H, sm.nx, rx);
+  T* y = static_cast<T*>(a.y);
+  const T* res = static_cast<const T*>(a.residual);
   for (int64_t ci = pl.first_chunk; ci < end; ++ci) {
     const int64_t c0 = ci * kWideChunk;
     CpAsyncWait<0>();
-    __syncthreads();  // the chunk's rows are in; the previous chunk's readers are done
+    __syncthreads();  // the chunk's rows are in; the previous chunk's outputs are in ys
+    if (ci > pl.first_chunk) StoreWideClRows<T>(a, y, res, b, g, c0 - kWideChunk, ys);
     ConvertWideClRows<T>(a, rx, b, g, c0 - H, sm.nx, block + sm.xs, sm.warp_words, kWideR);
     bool clean = true;
     if constexpr (kMasked) clean = StageWideClIds(a, b, c0 - H, sm, hist, idx, ido);
-    clean = __syncthreads_and(clean);
+    clean = __syncthreads_and(clean);  // (and ys is free again)
     // the next chunk's rows, in flight during this chunk's work
     if (ci + 1 < end) IssueWideClRows<T>(a, x, b, g, c0 + kWideChunk - H, sm.nx, rx);
 
     float out[kWideR] = {};
     WideForwardRun<kMasked>(xs, idx, ido, clean, taps, W, bias, silu, out);
     PutWideClRun(ys, out);
-    __syncthreads();
-    StoreWideClRows<T>(a, static_cast<T*>(a.y), static_cast<const T*>(a.residual), b, g, c0, ys);
   }
+  __syncthreads();
+  StoreWideClRows<T>(a, y, res, b, g, (end - 1) * kWideChunk, ys);
 }
 
 template <typename T>

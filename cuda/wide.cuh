@@ -39,6 +39,8 @@ __host__ __device__ constexpr int WideAt(int e) { return e + (e >> 4); }
 // Element m of run r's window (16 r + m) at WideAt: 17 r + m + m / 16.
 __device__ __forceinline__ int WideWin(int run, int m) { return 17 * run + m + (m >> 4); }
 __host__ __device__ constexpr int RoundUp(int n, int m) { return (n + m - 1) / m * m; }
+// Words of a warp's staged taps (StageWideTaps).
+__host__ __device__ constexpr int WideTapWords(int W, bool backward) { return RoundUp(W, 8) * (backward ? 2 : 1); }
 
 // A warp's staging, for width W and elem_bytes-byte x (all counts in steps;
 // the shared memory in 4-byte words, per warp, a multiple of 4):
@@ -60,8 +62,8 @@ struct WideSmem {
     // (each window array with kWideR slots to spare: WideWindow's last group)
     xs = 0;
     gs = xs + WideAt(nx + 2 * kWideR);
-    taps = gs + (backward ? WideAt(no + kWideR) : 0);
-    dws = taps + W;
+    taps = RoundUp(gs + (backward ? WideAt(no + kWideR) : 0), 4);
+    dws = taps + WideTapWords(W, backward);
     idx = dws + (backward ? W : 0);
     ido = idx + (masked ? WideAt(nx + 2 * kWideR) : 0);
     raw = RoundUp(ido + (masked ? WideAt(no + kWideR) : 0), 4);
@@ -139,11 +141,17 @@ __device__ __forceinline__ bool StageWideIds(const ConvArgs& a, int64_t b, int64
   return mn == mx && mn >= 0;
 }
 
-// The taps of channel row (b, d) into taps[0..W), its bias returned.
-__device__ __forceinline__ float StageWideTaps(const ConvArgs& a, int64_t b, int64_t d, float* taps) {
-  const int W = int(a.width), lane = threadIdx.x & 31;
+// The taps of channel row (b, d) into taps[0..RoundUp(W, 8)) (zeros past
+// W: whole 16-byte words for WideTaps), backward also reversed after them;
+// its bias returned.
+__device__ __forceinline__ float StageWideTaps(const ConvArgs& a, int64_t b, int64_t d, bool backward,
+                                               float* taps) {
+  const int W = int(a.width), lane = threadIdx.x & 31, rw = RoundUp(W, 8);
   const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
-  for (int k = lane; k < W; k += 32) taps[k] = LoadAnyF(a.weight, a.w_dtype, wrow * W + k);
+  for (int k = lane; k < rw; k += 32) {
+    taps[k] = k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k) : 0.f;
+    if (backward) taps[rw + k] = k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + W - 1 - k) : 0.f;
+  }
   return a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
 }
 
@@ -191,15 +199,19 @@ __device__ __forceinline__ void WideWindow(const float* src, const int32_t* ids,
 }
 
 // acc[j] += sum_{k < W} tap(k) * (element j + k of run's window), j <
-// kWideR, with tap(k) = taps[k] (kReverse: taps[W - 1 - k]).
+// kWideR, with tap(k) = taps[k] (kReverse: the reversed copy, taps[W - 1
+// - k]; StageWideTaps' layout), 8 taps in two 16-byte reads.
 template <bool kMasked, bool kReverse>
 __device__ __forceinline__ void WideTaps(const float* src, const int32_t* ids, int32_t s, int run,
                                          const float* taps, int W, float (&acc)[kWideR]) {
+  const float* t = taps + (kReverse ? RoundUp(W, 8) : 0);
   WideWindow<kMasked>(src, ids, s, run, W, [&](int k, int n, const float (&win)[kWideR + 7]) {
+    const float4 lo = *reinterpret_cast<const float4*>(t + k), hi = *reinterpret_cast<const float4*>(t + k + 4);
+    const float tk[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
       if (q >= n) break;
-      const float wk = taps[kReverse ? W - 1 - k - q : k + q];
+      const float wk = tk[q];
 #pragma unroll
       for (int j = 0; j < kWideR; ++j) acc[j] += wk * win[j + q];
     }

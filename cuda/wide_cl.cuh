@@ -9,10 +9,8 @@
 // channels, 16 or 32 bytes each, into a shared raw buffer (cp.async; the next
 // chunk's rows in flight while it computes on this one), then each thread
 // writes a row out as floats into the warps' windows (wide.cuh's layout).
-// The warps' output runs come back through a shared buffer of rows
-// (WideClOut: a padded row stride and a skew per 16 rows, so that both the
-// runs' writes and the rows' reads are free of bank conflicts) and leave as
-// whole rows. seq_idx: the ids of a step are every channel's, so one staged
+// The warps' output runs come back through a shared buffer (WideClOut) and
+// leave as whole rows. seq_idx: the ids of a step are every channel's, so one staged
 // copy serves the block, and "the chunk is clean" is block-uniform.
 #pragma once
 
@@ -21,7 +19,11 @@
 namespace jcc::cuda {
 
 constexpr int kWideClThreads = 32 * kWideClCh;
-__host__ __device__ constexpr int WideClOut(int s) { return s * (kWideClCh + 1) + (s >> 4); }
+// Output row s of the chunk, channel w at ys[w * kWideClCol + WideClOut(s)]:
+// a column per warp, skewed by 4 words per 16 rows (a lane's run is stored
+// as 4 conflict-free 16-byte words; the rows are read conflict-free).
+__host__ __device__ constexpr int WideClOut(int s) { return s + 4 * (s >> 4); }
+constexpr int kWideClCol = WideClOut(kWideChunk);
 
 // A block's shared memory, in 4-byte words: per warp (warp_words each) the
 // x window (xs), and backward the g buffer (gs), the dy of the chunk's and
@@ -42,13 +44,13 @@ struct WideClSmem {
     xs = 0;
     gs = xs + WideAt(nx + 2 * kWideR);
     dys = gs + (backward ? WideAt(no + kWideR) : 0);
-    taps = dys + (backward ? WideAt(no) : 0);
-    dws = taps + W;
-    warp_words = dws + (backward ? W : 0);
+    taps = RoundUp(dys + (backward ? WideAt(no) : 0), 4);
+    dws = taps + WideTapWords(W, backward);
+    warp_words = RoundUp(dws + (backward ? W : 0), 4);
     idx = kWideClCh * warp_words;
     ido = idx + (masked ? WideAt(nx + 2 * kWideR) : 0);
-    ys = ido + (masked ? WideAt(no + kWideR) : 0);
-    rx = RoundUp(ys + WideClOut(kWideChunk), 4);
+    ys = RoundUp(ido + (masked ? WideAt(no + kWideR) : 0), 4);
+    rx = RoundUp(ys + kWideClCh * kWideClCol, 4);
     rdy = rx + nx * kWideClCh * elem_bytes / 4;
     words = rdy + (backward ? no * kWideClCh * elem_bytes / 4 : 0);
   }
@@ -88,6 +90,25 @@ __device__ __forceinline__ void IssueWideClRows(const ConvArgs& a, const T* src,
   CpAsyncCommit();
 }
 
+// The elements of a 16-byte word, from its four 32-bit words (so that the
+// word is read from shared memory in one access, not element by element).
+template <typename T, int N = 16 / int(sizeof(T))>
+__device__ __forceinline__ void UnpackWords(const uint4 w, float (&out)[N]) {
+  const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (sizeof(T) == 4) {
+      out[i] = __uint_as_float(u[i]);
+    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      out[2 * i] = __uint_as_float(u[i] << 16);
+      out[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+      out[2 * i] = f.x, out[2 * i + 1] = f.y;
+    }
+  }
+}
+
 // Raw rows i < n (steps o + i) out as floats: channel w to dst + w *
 // warp_words + WideAt(i + off) (warp w's window). Steps before 0: the
 // initial states (or zeros). The caller waits for the copies and syncs.
@@ -102,7 +123,7 @@ __device__ __forceinline__ void ConvertWideClRows(const ConvArgs& a, const T* ra
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         float part[N];
-        Unpack<T, N>(*reinterpret_cast<const uint4*>(raw + (i * P + p) * N), part);
+        UnpackWords<T>(reinterpret_cast<const uint4*>(raw)[i * P + p], part);
 #pragma unroll
         for (int c = 0; c < N; ++c) v[p * N + c] = part[c];
       }
@@ -139,8 +160,9 @@ __device__ __forceinline__ bool StageWideClIds(const ConvArgs& a, int64_t b, int
 // This warp's run (steps kWideR * lane + j of the chunk) into the rows.
 __device__ __forceinline__ void PutWideClRun(float* ys, const float (&v)[kWideR]) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  float4* p = reinterpret_cast<float4*>(ys + w * kWideClCol + WideClOut(kWideR * lane));
 #pragma unroll
-  for (int j = 0; j < kWideR; ++j) ys[WideClOut(kWideR * lane + j) + w] = v[j];
+  for (int q = 0; q < kWideR / 4; ++q) p[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
 }
 
 // The chunk's rows (steps c0 + s, up to the row's end) to dst as whole rows
@@ -154,7 +176,7 @@ __device__ __forceinline__ void StoreWideClRows(const ConvArgs& a, T* dst, const
     const int64_t o = io.At(b, g * kWideClCh, c0 + s);
     float v[kWideClCh], r[kWideClCh];
 #pragma unroll
-    for (int c = 0; c < kWideClCh; ++c) v[c] = ys[WideClOut(s) + c];
+    for (int c = 0; c < kWideClCh; ++c) v[c] = ys[c * kWideClCol + WideClOut(s)];
     if (res) {
       LoadVec<T, kWideClCh>(res + o, r);
 #pragma unroll
