@@ -1,4 +1,4 @@
-// The wide backward (wide.cuh): the rows of forward_wide.cu. A warp walks
+// The wide backward (wide.cuh, wide_cf.cuh): the rows of forward_wide.cu. A warp walks
 // its span's chunks from the last to the first. Per chunk it stages x of
 // steps c0 - H .. c0 + kWideChunk + hp (hp: H rounded up to whole runs),
 // hands the first g of the chunk walked before over to the end of its g
@@ -7,7 +7,7 @@
 // (StoreWidePartials); dinitial_states and the final-states cotangent are
 // left to StatesGradKernel.
 #include "launchers.h"
-#include "wide.cuh"
+#include "wide_cf.cuh"
 
 namespace jcc::cuda {
 namespace {

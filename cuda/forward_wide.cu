@@ -1,9 +1,9 @@
-// The wide forward (wide.cuh): channels-first rows of whole aligned
+// The wide forward (wide.cuh, wide_cf.cuh): channels-first rows of whole aligned
 // vectors, W > 16 at a run-time width. Per chunk a warp stages the inputs
 // of steps c0 - H .. c0 + kWideChunk, then each lane computes its run of
 // kWideR outputs and writes them as whole vectors.
 #include "launchers.h"
-#include "wide.cuh"
+#include "wide_cf.cuh"
 
 namespace jcc::cuda {
 namespace {

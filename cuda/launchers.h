@@ -10,7 +10,7 @@
 //   kStream (forward_stream.cu, backward_stream.cu): channels-first rows of
 //     whole aligned 16-byte vectors (x may be strided by whole vectors), one
 //     sequence per row or seq_idx, W <= 16;
-//   kWide (forward_wide.cu, backward_wide.cu, wide.cuh): the same rows,
+//   kWide (forward_wide.cu, backward_wide.cu, wide.cuh, wide_cf.cuh): the same rows,
 //     W > 16 at a run-time width;
 //   kWideCl (forward_wide_cl.cu, backward_wide_cl.cu, wide_cl.cuh):
 //     channels-last, dense x of whole aligned groups of kWideClCh channels,
