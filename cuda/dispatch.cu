@@ -52,7 +52,7 @@ ForwardPlan PlanForward(const ConvArgs& a) {
     p.family = ForwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
-  } else if (WideClFits(a, a.residual, a.y) && (p.spans_per_row = WideClSpans(a)) > 0) {
+  } else if (WideClFits(a, a.residual, a.y) && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWideCl;
   } else if (ClRowFits(a, false, a.residual, a.y) &&
              (p.nchunk = ClRowChunks(a, false)) > 0) {
@@ -71,7 +71,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
     p.family = BackwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
-  } else if (WideClFits(a, a.dy, a.dx) && (p.nchunk = WideClSpans(a)) > 0) {
+  } else if (WideClFits(a, a.dy, a.dx) && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWideCl;
   } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true)) > 0) {
     p.family = BackwardPlan::kClRow;

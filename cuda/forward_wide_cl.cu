@@ -65,11 +65,6 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
 
 }  // namespace
 
-int64_t WideClSpans(const ConvArgs& a) {
-  const int64_t spans = CeilDiv(a.len, int64_t(kWideChunk) * kWideSpan);
-  return WideClBlocks(a, spans) <= INT32_MAX ? spans : 0;
-}
-
 cudaError_t ForwardWideCl(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   return WithFloatType(a.x_dtype, cudaErrorNotSupported,
                        [&](auto t) { return LaunchT<decltype(t)>(a, p.spans_per_row, stream); });

@@ -83,8 +83,7 @@ cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cu
 
 // Plan pieces each family computes for itself (0 / kNone: it does not fit).
 int64_t StreamSpans(const ConvArgs& a, bool backward, int64_t* chunks_per_span);
-int64_t WideSpans(const ConvArgs& a);  // warp spans per row
-int64_t WideClSpans(const ConvArgs& a);  // block spans per row
+int64_t WideSpans(const ConvArgs& a);  // spans per row, either wide family
 constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family
 int64_t ClRowChunks(const ConvArgs& a, bool backward);
 int ClRowVec(const ConvArgs& a, bool backward);  // channels per thread
