@@ -185,18 +185,9 @@ cudaError_t Launch(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t st
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream) {
-  switch (ClBucket(int(a.width))) {
-    case 1: return Launch<T, 1>(a, nchunk, ws, stream);
-    case 2: return Launch<T, 2>(a, nchunk, ws, stream);
-    case 3: return Launch<T, 3>(a, nchunk, ws, stream);
-    case 4: return Launch<T, 4>(a, nchunk, ws, stream);
-    case 5: return Launch<T, 5>(a, nchunk, ws, stream);
-    case 6: return Launch<T, 6>(a, nchunk, ws, stream);
-    case 7: return Launch<T, 7>(a, nchunk, ws, stream);
-    case 8: return Launch<T, 8>(a, nchunk, ws, stream);
-    case 12: return Launch<T, 12>(a, nchunk, ws, stream);
-    default: return Launch<T, 16>(a, nchunk, ws, stream);
-  }
+  return WithWidthBucket(int(a.width), [&](auto w) {
+    return Launch<T, decltype(w)::value>(a, nchunk, ws, stream);
+  });
 }
 
 }  // namespace
@@ -209,7 +200,7 @@ int64_t ClRowChunks(const ConvArgs& a, bool backward) {
 }
 
 int ClRowVec(const ConvArgs& a, bool backward) {
-  const int bucket = ClBucket(int(a.width)), bytes = DTypeBytes(a.x_dtype);
+  const int bucket = WidthBucket(int(a.width)), bytes = DTypeBytes(a.x_dtype);
   return backward ? ClBwdVec(bytes, bucket) : ClFwdVec(bytes, bucket);
 }
 

@@ -186,18 +186,9 @@ cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws,
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  switch (StreamBucket(int(a.width))) {
-    case 1: return LaunchBwdStream<T, 1>(a, p, ws, stream);
-    case 2: return LaunchBwdStream<T, 2>(a, p, ws, stream);
-    case 3: return LaunchBwdStream<T, 3>(a, p, ws, stream);
-    case 4: return LaunchBwdStream<T, 4>(a, p, ws, stream);
-    case 5: return LaunchBwdStream<T, 5>(a, p, ws, stream);
-    case 6: return LaunchBwdStream<T, 6>(a, p, ws, stream);
-    case 7: return LaunchBwdStream<T, 7>(a, p, ws, stream);
-    case 8: return LaunchBwdStream<T, 8>(a, p, ws, stream);
-    case 12: return LaunchBwdStream<T, 12>(a, p, ws, stream);
-    default: return LaunchBwdStream<T, 16>(a, p, ws, stream);
-  }
+  return WithWidthBucket(int(a.width), [&](auto w) {
+    return LaunchBwdStream<T, decltype(w)::value>(a, p, ws, stream);
+  });
 }
 
 }  // namespace

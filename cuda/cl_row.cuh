@@ -164,7 +164,4 @@ __device__ __forceinline__ ClBlock LocateClBlock(int64_t dim, int64_t nchunk) {
   return {b, rest - b * nchunk, ((blockIdx.x - rest * groups) * kClX + threadIdx.x) * kV};
 }
 
-// The width bucket of a width (as the streaming kernels').
-__host__ __device__ constexpr int ClBucket(int W) { return W <= 8 ? W : (W <= 12 ? 12 : 16); }
-
 }  // namespace jcc::cuda

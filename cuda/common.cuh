@@ -100,6 +100,28 @@ R WithFloatType(DType t, R otherwise, F&& f) {
   }
 }
 
+// --- the templated families' one width switch (W <= 16) ----------------------
+// The template width of a width: itself up to 8, then 12 or 16 (absent
+// leading taps, zero).
+__host__ __device__ constexpr int WidthBucket(int W) { return W <= 8 ? W : (W <= 12 ? 12 : 16); }
+
+// f(std::integral_constant<int, WidthBucket(W)>()).
+template <typename F>
+cudaError_t WithWidthBucket(int W, F&& f) {
+  switch (WidthBucket(W)) {
+    case 1: return f(std::integral_constant<int, 1>());
+    case 2: return f(std::integral_constant<int, 2>());
+    case 3: return f(std::integral_constant<int, 3>());
+    case 4: return f(std::integral_constant<int, 4>());
+    case 5: return f(std::integral_constant<int, 5>());
+    case 6: return f(std::integral_constant<int, 6>());
+    case 7: return f(std::integral_constant<int, 7>());
+    case 8: return f(std::integral_constant<int, 8>());
+    case 12: return f(std::integral_constant<int, 12>());
+    default: return f(std::integral_constant<int, 16>());
+  }
+}
+
 // --- activation ---------------------------------------------------------------
 __device__ __forceinline__ float Sigmoid(float v) { return 1.f / (1.f + __expf(-v)); }
 

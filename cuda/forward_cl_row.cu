@@ -142,18 +142,9 @@ cudaError_t Launch(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
-  switch (ClBucket(int(a.width))) {
-    case 1: return Launch<T, 1>(a, nchunk, stream);
-    case 2: return Launch<T, 2>(a, nchunk, stream);
-    case 3: return Launch<T, 3>(a, nchunk, stream);
-    case 4: return Launch<T, 4>(a, nchunk, stream);
-    case 5: return Launch<T, 5>(a, nchunk, stream);
-    case 6: return Launch<T, 6>(a, nchunk, stream);
-    case 7: return Launch<T, 7>(a, nchunk, stream);
-    case 8: return Launch<T, 8>(a, nchunk, stream);
-    case 12: return Launch<T, 12>(a, nchunk, stream);
-    default: return Launch<T, 16>(a, nchunk, stream);
-  }
+  return WithWidthBucket(int(a.width), [&](auto w) {
+    return Launch<T, decltype(w)::value>(a, nchunk, stream);
+  });
 }
 
 }  // namespace

@@ -115,18 +115,9 @@ cudaError_t LaunchStream(const ConvArgs& a, int64_t spans_per_row, cudaStream_t 
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
-  switch (StreamBucket(int(a.width))) {
-    case 1: return LaunchStream<T, 1>(a, spans_per_row, stream);
-    case 2: return LaunchStream<T, 2>(a, spans_per_row, stream);
-    case 3: return LaunchStream<T, 3>(a, spans_per_row, stream);
-    case 4: return LaunchStream<T, 4>(a, spans_per_row, stream);
-    case 5: return LaunchStream<T, 5>(a, spans_per_row, stream);
-    case 6: return LaunchStream<T, 6>(a, spans_per_row, stream);
-    case 7: return LaunchStream<T, 7>(a, spans_per_row, stream);
-    case 8: return LaunchStream<T, 8>(a, spans_per_row, stream);
-    case 12: return LaunchStream<T, 12>(a, spans_per_row, stream);
-    default: return LaunchStream<T, 16>(a, spans_per_row, stream);
-  }
+  return WithWidthBucket(int(a.width), [&](auto w) {
+    return LaunchStream<T, decltype(w)::value>(a, spans_per_row, stream);
+  });
 }
 
 }  // namespace

@@ -33,8 +33,6 @@ struct Stream {
   static constexpr int kChunk = 32 * kVecs * kN;  // steps per warp chunk
 };
 
-// The template width for a width: itself up to 8, then 12 or 16.
-__host__ __device__ constexpr int StreamBucket(int W) { return W <= 8 ? W : (W <= 12 ? 12 : 16); }
 
 __device__ __forceinline__ uint4 LoadRaw16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
