@@ -12,7 +12,6 @@ bandwidth yardstick. bench_torch.py times PyTorch the same way.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import jax
@@ -21,10 +20,9 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
 from jax_causal_conv.cli.progress import Progress
 
-from .report import add_row, emit, heading, run_meta, speed_table
+from .report import add_row, emit, heading, run_meta, section_main, speed_table
 from .timing import batched, timeit
 
 W = 4
@@ -137,17 +135,7 @@ def run_baselines(platform, output=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m benchmarks.baselines",
-                                description=__doc__.split("\n\n")[0])
-    add_arguments(p, suite=False, matrix=False, plot=False)
-    args = p.parse_args(argv)
-    try:
-        platform = resolve_platform(args.platform)
-    except SystemExit as e:
-        print(f"baselines: {e}", file=sys.stderr)
-        return 2
-    run_baselines(platform, args.output)
-    return 0
+    return section_main("baselines", __doc__, run_baselines, argv)
 
 
 if __name__ == "__main__":

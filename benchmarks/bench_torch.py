@@ -13,12 +13,11 @@ is waited for (``torch.cuda.synchronize``), so host overhead counts.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
-from .report import add_row, emit, heading, run_meta, speed_table
+from .report import add_row, emit, heading, run_meta, section_main, speed_table
 
 
 def _shapes(device):
@@ -122,18 +121,7 @@ def run_torch(platform, output=None, log=None):
 
 
 def main(argv=None):
-    from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_torch",
-                                description=__doc__.split("\n\n")[0])
-    add_arguments(p, suite=False, matrix=False, plot=False)
-    args = p.parse_args(argv)
-    try:
-        platform = resolve_platform(args.platform)
-    except SystemExit as e:
-        print(f"bench_torch: {e}", file=sys.stderr)
-        return 2
-    run_torch(platform, args.output)
-    return 0
+    return section_main("bench_torch", __doc__, run_torch, argv)
 
 
 if __name__ == "__main__":

@@ -4,11 +4,13 @@ merge: a record replaces an earlier one with the same key)."""
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
 import os
 import subprocess
+import sys
 
 from jax_causal_conv.cli.bench_cmd import emit, write_section  # noqa: F401  (re-exported)
 
@@ -112,3 +114,21 @@ def speed_table(rows, ours_impl):
         out.append([r["shape"], r["impl"], f"{r['fwd_ms']:.4f}", f"{r['step_ms']:.4f}",
                     f"{r['copy_ms']:.4f}", f"{r['frac']:.1%}", ratio])
     return md_table(header, out, right=range(2, len(header)))
+
+
+def section_main(name, doc, run, argv=None):
+    """The command line of a one-section benchmark module
+    (`python -m benchmarks.NAME [--platform P] [--output FILE]`): parses
+    it, resolves the platform (exit 2 with the reason when it is not
+    there) and calls run(platform, output)."""
+    from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc.split("\n\n")[0])
+    add_arguments(p, suite=False, matrix=False, plot=False)
+    args = p.parse_args(argv)
+    try:
+        platform = resolve_platform(args.platform)
+    except SystemExit as e:
+        print(f"{name}: {e}", file=sys.stderr)
+        return 2
+    run(platform, args.output)
+    return 0

@@ -1,7 +1,6 @@
 """Helpers of the sharding tests: meshes over the 8 virtual CPU devices
-(conftest.py), the collectives of compiled HLO, and a float64 numpy oracle
-of SPEC.md's seq_idx semantics (padding, initial and final states), written
-from the SPEC and sharing no code with the package."""
+(conftest.py) and the collectives of compiled HLO. (The float64 oracle of
+the semantics is tests/oracle.py.)"""
 
 import os
 import re
@@ -82,47 +81,3 @@ def close(a, b, tol, what=""):
 
 # --- SPEC oracle for seq_idx -------------------------------------------------------
 
-def _silu(v):
-    return v / (1.0 + np.exp(-v))
-
-
-def conv_seq_idx(x, w, b, seq_idx, init=None, act=None, residual=None):
-    """SPEC.md's causal_conv1d with seq_idx, (B, D, L) -> (y, final_states)."""
-    x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
-    s = np.asarray(seq_idx)
-    B, D, L = x.shape
-    H = w.shape[1] - 1
-    xp = np.zeros((B, D, H + L))
-    if init is not None:
-        xp[:, :, :H] = np.asarray(init, np.float64)
-    xp[:, :, H:] = x
-
-    def sid(bi, p):  # id of position p (history: the row's first id, if initial states)
-        if p >= 0:
-            return s[bi, p]
-        return s[bi, 0] if init is not None else None
-
-    y = np.zeros((B, D, L))
-    fin = np.zeros((B, D, H))
-    for bi in range(B):
-        for t in range(L):
-            if s[bi, t] < 0:
-                continue
-            acc = np.zeros(D) if b is None else np.asarray(b, np.float64).copy()
-            for k in range(H + 1):
-                p = t - H + k
-                if sid(bi, p) == s[bi, t]:
-                    acc += w[:, k] * xp[bi, :, p + H]
-            y[bi, :, t] = _silu(acc) if act == "silu" else acc
-        valid = np.nonzero(s[bi] >= 0)[0]
-        if not len(valid):
-            fin[bi] = xp[bi, :, :H]
-            continue
-        e = valid[-1] + 1
-        for j in range(H):
-            p = e - H + j
-            if sid(bi, p) == s[bi, e - 1]:
-                fin[bi, :, j] = xp[bi, :, p + H]
-    if residual is not None:
-        y += np.asarray(residual, np.float64)
-    return y, fin

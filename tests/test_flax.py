@@ -15,6 +15,7 @@ import jax_causal_conv as jcc  # noqa: E402
 from jax_causal_conv import reference  # noqa: E402
 from jax_causal_conv.flax import CausalConv1d  # noqa: E402
 from jax_causal_conv.nnx import CausalConv1d as NnxCausalConv1d  # noqa: E402
+from flax_support import scanned_stack  # noqa: E402
 
 B, L, D = 2, 13, 8
 normal_bias = nn.initializers.normal(0.5)
@@ -273,12 +274,7 @@ def test_nnx_scan_over_stacked_layers_and_decode():
     layers = make(jax.random.split(jax.random.key(0), n))
     assert layers.kernel.shape == (n, D, 4)
 
-    @nnx.jit(static_argnames="decode")
-    def forward(layers, x, decode=False):
-        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
-        def body(layer, h):
-            return layer(h, h, decode=decode)
-        return body(layers, x)
+    forward = scanned_stack()
 
     full = forward(layers, x)
     k, b = np.asarray(layers.kernel), np.asarray(layers.bias)

@@ -20,6 +20,7 @@ from jax_causal_conv._lowering import targets  # noqa: E402
 from jax_causal_conv.flax import CausalConv1d  # noqa: E402
 
 import oracle_decode  # noqa: E402
+from flax_support import scanned_stack  # noqa: E402
 
 B, D = 3, 8
 normal_bias = nn.initializers.normal(0.5)
@@ -70,6 +71,22 @@ def _linen(W, K, **kw):
                         speculative_tokens=K, **kw)
 
 
+def _linen_stepper(run, params, cache):
+    """step(xs) -> y and accept(n) over a linen model's decode cache, held
+    in the returned dict ("cache") between the calls of run(params, cache,
+    xs) -> (y, mutated)."""
+    state = {"cache": cache}
+
+    def step(xs):
+        y, mut = run(params, state["cache"], xs)
+        state["cache"] = mut["cache"]
+        return y
+
+    def accept(a):
+        state["cache"] = jflax.accept(state["cache"], a)
+    return step, accept, state
+
+
 @pytest.mark.parametrize("W,K,prefill", [(4, 3, 5), (4, 3, 23), (4, 1, 1), (2, 4, 2),
                                          (5, 2, 40), (1, 2, 3), (4, 20, 30)])
 def test_linen_ring_speculative_decode_equals_full(W, K, prefill):
@@ -82,17 +99,8 @@ def test_linen_ring_speculative_decode_equals_full(W, K, prefill):
     cache = m.init(jax.random.key(0), x[:, :1], decode=True)["cache"]
     assert cache["conv_state"].shape == (B, W - 1 + K, D)
     assert cache["cache_seqlens"].shape == (B,) and cache["step_tokens"].dtype == jnp.int32
-    state = {"cache": cache}
-    run = jax.jit(lambda p, c, xs: m.apply({"params": p, "cache": c}, xs, decode=True,
-                                           mutable=["cache"]), donate_argnums=1)
-
-    def step(xs):
-        y, mut = run(params, state["cache"], xs)
-        state["cache"] = mut["cache"]
-        return y
-
-    def accept(a):
-        state["cache"] = jflax.accept(state["cache"], a)
+    step, accept, state = _linen_stepper(jax.jit(lambda p, c, xs: m.apply(
+        {"params": p, "cache": c}, xs, decode=True, mutable=["cache"]), donate_argnums=1), params, cache)
 
     # short steps, a long one mid-stream (the full-convolution path, reading the
     # ring), and a verify step of K+2 tokens keeping 2
@@ -212,18 +220,10 @@ def test_linen_stacked_layers_speculative_decode_with_accept_on_the_collection()
     m = _Stack(K)
     params = m.init(jax.random.key(0), x)["params"]
     full = jax.jit(lambda p, x: m.apply({"params": p}, x))(params, x)
-    state = {"cache": m.init(jax.random.key(0), x, decode=True)["cache"]}
-    assert state["cache"]["layers"]["conv"]["cache_seqlens"].shape == (3, B)
-    run = jax.jit(lambda p, c, xs: m.apply({"params": p, "cache": c}, xs, True,
-                                           mutable=["cache"]))
-
-    def step(xs):
-        y, mut = run(params, state["cache"], xs)
-        state["cache"] = mut["cache"]
-        return y
-
-    def accept(a):
-        state["cache"] = jflax.accept(state["cache"], a)
+    cache = m.init(jax.random.key(0), x, decode=True)["cache"]
+    assert cache["layers"]["conv"]["cache_seqlens"].shape == (3, B)
+    step, accept, _ = _linen_stepper(jax.jit(lambda p, c, xs: m.apply(
+        {"params": p, "cache": c}, xs, True, mutable=["cache"])), params, cache)
 
     _run_spec(step, accept, x, full, 20, _schedule(rng, K, 8), rng)
 
@@ -271,12 +271,7 @@ def test_nnx_stacked_layers_speculative_decode_with_model_accept():
 
     layers = make(jax.random.split(jax.random.key(0), n))
 
-    @nnx.jit(static_argnames="decode")
-    def forward(layers, x, decode=False):
-        @nnx.scan(in_axes=(0, nnx.Carry), out_axes=nnx.Carry)
-        def body(layer, h):
-            return layer(h, h, decode=decode)
-        return body(layers, x)
+    forward = scanned_stack()
 
     full = forward(layers, x)
     nnx.vmap(lambda l: l.init_cache(B), in_axes=0)(layers)

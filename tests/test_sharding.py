@@ -19,7 +19,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_causal_conv as jcc
 from jax_causal_conv.sharding import ShardingFallbackWarning
-from sharding_helpers import PLATFORM, close, collectives, compiled, conv_seq_idx, mesh, \
+import oracle
+from sharding_helpers import PLATFORM, close, collectives, compiled, mesh, \
     no_gathers, pairs, put
 
 rng = np.random.default_rng(0)
@@ -224,7 +225,7 @@ def test_seq_idx_padding_and_states_across_blocks(split, explicit):
     fwd, bwd, (x, w, b, h, r, _), got = run_case(m, *axes, B=B, D=D, L=L, W=W, sidx=s,
                                                  res=True, cl=cl)
     t = (lambda a: np.swapaxes(np.asarray(a), 1, 2)) if cl else np.asarray
-    y0, f0 = conv_seq_idx(t(x), w, b, s, t(h), act="silu", residual=t(r))
+    y0, f0 = oracle.conv(t(x), w, b, "silu", t(r), seq_idx=s, init=t(h))
     close(t(got[0]), y0, 2e-5, "y vs SPEC oracle")
     close(t(got[1]), f0, 2e-5, "final states vs SPEC oracle")
     check_collectives(fwd, bwd, m, *axes, B=B, D=D, L=L, W=W, sidx=s, cl=cl, explicit=explicit)
@@ -255,7 +256,7 @@ def test_oracle_agrees_with_reference_without_padding():
     are the package's (so the test above can fail only on new semantics)."""
     x, w = rand((2, 3, 12)), rand((3, 4))
     s = sorted_ids(2, 12)
-    close(jcc.causal_conv1d(x, w, seq_idx=s), conv_seq_idx(x, w, None, s)[0], 2e-5)
+    close(jcc.causal_conv1d(x, w, seq_idx=s), oracle.conv(x, w, seq_idx=s)[0], 2e-5)
 
 
 def test_uneven_split_warns_and_gathers():

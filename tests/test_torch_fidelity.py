@@ -15,9 +15,10 @@ import torch.nn.functional as F  # noqa: E402
 
 import jax_causal_conv.torch as jt  # noqa: E402
 from jax_causal_conv.torch.layout import is_channel_last  # noqa: E402
+import oracle  # noqa: E402
 from torch_support import (CHANNELS_LAST_DECODE, DEVICES, HAS_CUDA, SEQ_IDX_TABLE,  # noqa: E402
                            SPEC_SEQ_IDX, STRIDED_X, EntrySpy, channels_last_decode, close,
-                           kernels, make_x, skip_f64_on_gpu, spec_conv)
+                           kernels, make_x, skip_f64_on_gpu)
 
 TABLE = sorted(SEQ_IDX_TABLE)
 
@@ -47,7 +48,7 @@ def test_reference_follows_the_spec(case, W, with_init):
     x, w, b, s, h = _table_inputs(case, W, with_init)
     y, fs = jt.causal_conv1d_ref(x, w, b, initial_states=h, return_final_states=True,
                                  activation="silu", seq_idx=s)
-    yo, fo = spec_conv(_np(x), _np(w), _np(b), "silu", s.numpy(), _np(h))
+    yo, fo = oracle.conv(_np(x), _np(w), _np(b), "silu", seq_idx=s.numpy(), init=_np(h))
     np.testing.assert_allclose(y.numpy(), yo, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(fs.numpy(), fo)
     assert (y[0, :, s[0] < 0] == 0).all()  # padding outputs are exactly 0
@@ -74,7 +75,7 @@ def test_kernels_follow_the_spec_forward_and_gradients(device, case, W, with_ini
 
     y, fs, grads = run(jt.causal_conv1d_fn)
     yr, fr, grads_r = run(jt.causal_conv1d_ref)
-    yo, fo = spec_conv(_np(x), _np(w), _np(b), "silu", s.cpu().numpy(), _np(h))
+    yo, fo = oracle.conv(_np(x), _np(w), _np(b), "silu", seq_idx=s.cpu().numpy(), init=_np(h))
     close(y, torch.from_numpy(yo), dtype)
     close(fs, torch.from_numpy(fo), dtype)
     assert (y[0, :, s[0] < 0] == 0).all()

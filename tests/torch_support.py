@@ -3,7 +3,6 @@ independent numpy oracle of the SPEC's seq_idx semantics, a table of
 seq_idx edge cases, probes for what the compiled kernels support, and a spy
 that shows what reaches a kernel entry point."""
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.dlpack import from_dlpack, to_dlpack
@@ -41,56 +40,7 @@ def make_seq_idx(B, L, device, gen):
     return torch.sort(torch.randint(0, 4, (B, L), generator=gen), dim=1).values.to(device, torch.int32)
 
 
-# --- the SPEC's seq_idx semantics, literally ---------------------------------------------
-
-
-def _silu(v):
-    return v / (1.0 + np.exp(-v))
-
-
-def spec_conv(x, w, b=None, act=None, seq_idx=None, init=None):
-    """float64 loops over (B, D, L) numpy arrays, read off SPEC.md: returns
-    (y, final_states). Shares no code with the package."""
-    x = np.asarray(x, np.float64)
-    w = np.asarray(w, np.float64)
-    B, D, L = x.shape
-    H = w.shape[1] - 1
-    xp = np.zeros((B, D, H + L))
-    if init is not None:
-        xp[:, :, :H] = np.asarray(init, np.float64)
-    xp[:, :, H:] = x
-
-    def sid(r, t):  # the id of time t (t < 0: history) of row r, None if it has none
-        if seq_idx is None:
-            return 0
-        if t >= 0:
-            return int(seq_idx[r, t])
-        return int(seq_idx[r, 0]) if init is not None else None
-
-    y = np.zeros((B, D, L))
-    final = np.zeros((B, D, H))
-    for r in range(B):
-        for t in range(L):
-            if seq_idx is not None and seq_idx[r, t] < 0:
-                continue  # padding: exactly 0
-            acc = np.zeros(D) if b is None else np.asarray(b, np.float64).copy()
-            for k in range(H + 1):
-                src = t - H + k
-                if seq_idx is not None and sid(r, src) != int(seq_idx[r, t]):
-                    continue
-                acc += w[:, k] * xp[r, :, t + k]
-            y[r, :, t] = _silu(acc) if act else acc
-        real = [t for t in range(L) if seq_idx is None or seq_idx[r, t] >= 0]
-        if not real:  # a row of padding keeps its initial states (or zeros)
-            final[r] = xp[r, :, :H]
-            continue
-        e = real[-1] + 1
-        for j in range(H):
-            pos = e - H + j
-            if sid(r, pos) == sid(r, e - 1):
-                final[r, :, j] = xp[r, :, pos + H]
-    return y, final
-
+# --- the SPEC's seq_idx semantics (the float64 oracle is tests/oracle.py) -----------------
 
 # Rows of length 9 with the edge cases the SPEC's rules meet (W up to 5).
 SEQ_IDX_TABLE = {
