@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
 from jax_causal_conv.cli.bench_cmd import emit, write_section  # noqa: F401  (re-exported)
 
 
@@ -121,7 +122,6 @@ def section_main(name, doc, run, argv=None):
     (`python -m benchmarks.NAME [--platform P] [--output FILE]`): parses
     it, resolves the platform (exit 2 with the reason when it is not
     there) and calls run(platform, output)."""
-    from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
     p = argparse.ArgumentParser(prog=f"python -m benchmarks.{name}", description=doc.split("\n\n")[0])
     add_arguments(p, suite=False, matrix=False, plot=False)
     args = p.parse_args(argv)

@@ -228,16 +228,9 @@ template <typename T>
 cudaError_t LaunchBwdTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   const BwdTileSmem L(int(a.width));
   const size_t smem = L.Bytes();
-  auto* kernel = BwdTileKernel<T>;
-  if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
   const int64_t nblocks = a.batch * CeilDiv(a.dim, kTileC) * p.nchunk;
-  const unsigned grid = unsigned(Min64(nblocks, int64_t(1) << 30));
-  kernel<<<grid, kTileThreads, smem, stream>>>(a, p.ntiles, p.tiles_per_chunk, nblocks, ws);
-  return cudaGetLastError();
+  return LaunchWithSmem(BwdTileKernel<T>, Min64(nblocks, int64_t(1) << 30), kTileThreads, smem, stream, a,
+                        p.ntiles, p.tiles_per_chunk, nblocks, ws);
 }
 
 }  // namespace

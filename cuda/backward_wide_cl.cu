@@ -4,7 +4,8 @@
 // (steps c0 - H .. c0 + kWideChunk + hp) and of dy (c0 .. c0 + kWideChunk
 // + hp), each warp hands its g buffer's first hp steps over to its end and
 // runs WideBackwardRun for its channel into the output rows, and the block
-// writes dx back as whole rows beside the next chunk's staging. Partial dweight/dbias per warp as in backward_wide.cu.
+// writes dx back as whole rows beside the next chunk's staging. Partial
+// dweight/dbias per warp as in backward_wide.cu.
 #include "launchers.h"
 #include "wide_cl.cuh"
 

@@ -164,7 +164,7 @@ __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { retu
 
 // Launch of a family kernel with `smem` bytes of dynamic shared memory.
 template <typename Kernel, typename... Args>
-cudaError_t LaunchWithSmem(Kernel* kernel, int64_t blocks, int threads, size_t smem, cudaStream_t stream,
+cudaError_t LaunchWithSmem(Kernel* kernel, int64_t blocks, dim3 threads, size_t smem, cudaStream_t stream,
                            Args... args) {
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

@@ -130,14 +130,8 @@ cudaError_t Launch(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
   constexpr int kV = ClFwdVec(sizeof(T), kW);
   const size_t smem = size_t(2) * (a.residual ? 2 : 1) * kStage * kClX * kClY * kV * sizeof(T);
   const bool masked = a.mode != SegmentMode::kRow;
-  auto* kernel = masked ? FwdClRowKernel<T, kW, true> : FwdClRowKernel<T, kW, false>;
-  if (smem > 32 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
-  kernel<<<unsigned(ClBlocks(a.batch, nchunk, a.dim, kV)), dim3(kClX, kClY), smem, stream>>>(a, nchunk);
-  return cudaGetLastError();
+  return LaunchWithSmem(masked ? FwdClRowKernel<T, kW, true> : FwdClRowKernel<T, kW, false>,
+                        ClBlocks(a.batch, nchunk, a.dim, kV), dim3(kClX, kClY), smem, stream, a, nchunk);
 }
 
 template <typename T>

@@ -95,15 +95,8 @@ cudaError_t LaunchFwdTile(const ConvArgs& a, cudaStream_t stream) {
   const int64_t ntiles = CeilDiv(a.len, kTileT);
   const int64_t nblocks = a.batch * CeilDiv(a.dim, kTileC) * ntiles;
   const size_t smem = TileSmemBytes(kTileT + int(a.width) - 1, 1, int(a.width));
-  auto* kernel = FwdTileKernel<T>;
-  if (smem > 48 * 1024) {
-    const cudaError_t e =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-    if (e != cudaSuccess) return e;
-  }
-  const unsigned grid = unsigned(Min64(nblocks, int64_t(1) << 30));
-  kernel<<<grid, kTileThreads, smem, stream>>>(a, ntiles, nblocks);
-  return cudaGetLastError();
+  return LaunchWithSmem(FwdTileKernel<T>, Min64(nblocks, int64_t(1) << 30), kTileThreads, smem, stream, a,
+                        ntiles, nblocks);
 }
 
 }  // namespace

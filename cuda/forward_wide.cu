@@ -4,6 +4,7 @@
 // kWideR outputs and writes them as whole vectors.
 #include "launchers.h"
 #include "wide_cf.cuh"
+#include "wide_cl.cuh"
 
 namespace jcc::cuda {
 namespace {
@@ -72,9 +73,7 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
 
 int64_t WideSpans(const ConvArgs& a) {
   const int64_t spans = CeilDiv(a.len, int64_t(kWideChunk) * kWideSpan);
-  // blocks: per (row, 4 channels) channels-first, per (row, 8 channels) channels-last
-  const int64_t blocks = spans * a.batch * (a.channels_last ? a.dim / kWideClCh : CeilDiv(a.dim, kWideWarps));
-  return blocks <= INT32_MAX ? spans : 0;
+  return (a.channels_last ? WideClBlocks(a, spans) : StreamBlocks(a, spans)) <= INT32_MAX ? spans : 0;
 }
 
 cudaError_t ForwardWide(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {

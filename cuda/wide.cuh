@@ -4,8 +4,8 @@
 // one (wide_cl.cuh) on block-staged rows of 8 channels; both run the
 // per-warp work below on a window staged as described here.
 //
-// Channels-first, a block's kWideWarps warps take consecutive channels of one batch row over
-// the same span of kWideSpan chunks (as in stream.cuh). Per chunk of
+// Channels-first, a block's kWideWarps warps take consecutive channels of
+// one batch row over the same span of kWideSpan chunks (as in stream.cuh). Per chunk of
 // kWideChunk steps from c0 a warp copies its window of x into its own
 // shared memory (cp.async, the next chunk's copy in flight while it computes
 // on this one) and writes it out as floats, staged index e = step - (c0 - H)
@@ -38,8 +38,6 @@ constexpr int kWideSpan = 8;                  // chunks per warp span (the backw
 static_assert(kWideChunk * kWideSpan >= 4096, "BackwardChunkSteps of W > 16 (csrc/problem.h)");
 
 __host__ __device__ constexpr int WideAt(int e) { return e + (e >> 4); }
-// Element m of run r's window (16 r + m) at WideAt: 17 r + m + m / 16.
-__device__ __forceinline__ int WideWin(int run, int m) { return 17 * run + m + (m >> 4); }
 __host__ __device__ constexpr int RoundUp(int n, int m) { return (n + m - 1) / m * m; }
 // Words of a warp's staged taps (StageWideTaps).
 __host__ __device__ constexpr int WideTapWords(int W, bool backward) { return RoundUp(W, 8) * (backward ? 2 : 1); }

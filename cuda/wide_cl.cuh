@@ -10,8 +10,9 @@
 // chunk's rows in flight while it computes on this one), then each thread
 // writes a row out as floats into the warps' windows (wide.cuh's layout).
 // The warps' output runs come back through a shared buffer (WideClOut) and
-// leave as whole rows. seq_idx: the ids of a step are every channel's, so one staged
-// copy serves the block, and "the chunk is clean" is block-uniform.
+// leave as whole rows. seq_idx: the ids of a step are every channel's, so
+// one staged copy serves the block, and "the chunk is clean" is
+// block-uniform.
 #pragma once
 
 #include "wide.cuh"
