@@ -110,50 +110,60 @@ __global__ void __launch_bounds__(kStatesThreads) FinalStatesKernel(const ConvAr
 }
 
 // g at step t of row b, channel d, under the masks (for the initial-state
-// gradient: steps reading the history). hrow: the sequence's initial-states
-// row; start: its first step (kVarlen), else 0.
+// gradient: steps reading the history), from the staged inputs of steps
+// `first` onwards (xin) and taps. hrow: the sequence's initial-states row;
+// start: its first step (kVarlen), else 0.
 template <typename T>
-__device__ float GradAt(const ConvArgs& a, int64_t b, int64_t d, int64_t t, int64_t start,
-                        int64_t hrow, int32_t hist_id) {
-  const int W = int(a.width), H = W - 1;
-  const T* x = static_cast<const T*>(a.x);
-  const T* dy = static_cast<const T*>(a.dy);
-  const Layout3 xl = a.x_layout(), io = a.io_layout(), sl = a.state_layout();
-  const int64_t wrow = (b / a.batch_per_group()) * a.dim + d;
-  auto x_at = [&](int64_t p) -> float {
-    if (p >= 0) return ToF(x[xl.At(b, d, p)]);
-    return a.mode == SegmentMode::kVarlen || !a.initial_states
-               ? 0.f : LoadState<T>(a, a.initial_states, b, d, p + H);
-  };
-  auto w_at = [&](int k) { return LoadAnyF(a.weight, a.w_dtype, wrow * W + k); };
+__device__ float GradAt(const ConvArgs& a, int64_t b, int64_t d, int64_t t, int64_t start, int64_t hrow,
+                        int32_t hist_id, int64_t first, const float* xin, const float* taps, float bias) {
+  auto x_at = [&](int64_t p) { return xin[p - first]; };
+  auto w_at = [&](int k) { return taps[k]; };
   auto id_at = [&](int64_t p) { return IdAt(a, b, p, hist_id); };
-  const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
   float pre;
-  if (!MaskedPre<T>(a, t, W, bias, x_at, w_at, id_at, start, hrow, d, &pre)) return 0.f;
-  return ActGrad(pre, ToF(dy[io.At(b, d, t)]), a.act == Activation::kSilu);
+  if (!MaskedPre<T>(a, t, int(a.width), bias, x_at, w_at, id_at, start, hrow, d, &pre)) return 0.f;
+  return ActGrad(pre, ToF(static_cast<const T*>(a.dy)[a.io_layout().At(b, d, t)]), a.act == Activation::kSilu);
+}
+
+// The input a window reads at step p of row b, channel d: x (zero past the
+// row's end), before step 0 the initial states or zeros (kVarlen: the masks
+// read its history themselves).
+template <typename T>
+__device__ __forceinline__ float InputAt(const ConvArgs& a, int64_t b, int64_t d, int64_t p) {
+  if (p >= 0) return p < a.len ? ToF(static_cast<const T*>(a.x)[a.x_layout().At(b, d, p)]) : 0.f;
+  return a.mode == SegmentMode::kVarlen || !a.initial_states ? 0.f
+                                                             : LoadState<T>(a, a.initial_states, b, d, p + a.width - 1);
 }
 
 // A warp per (state row, group of C channels), S = 32 / C lanes a channel
-// over its H history slots (C = 1 from H = 17 on, lanes then loop): g of
-// the sequence's first H steps (each a W-tap pre-activation) into the
-// warp's shared g, then dinitial_states slot j = sum_{i <= j} w[j - i] g[i]
-// into its shared acc, the final-states cotangent added there (slots before
-// the sequence) or to dx, and acc out.
+// over its H history slots (C = 1 from H = 17 on, lanes then loop): the
+// channel's taps and the inputs of steps lo - H .. lo + H staged in the
+// warp's shared memory, g of the sequence's first H steps (each a W-tap
+// pre-activation) into the warp's shared g, then dinitial_states slot j =
+// sum_{i <= j} w[j - i] g[i] into its shared acc, the final-states
+// cotangent added there (slots before the sequence) or to dx, and acc out.
 __host__ __device__ __forceinline__ int StatesLanes(int H) {  // S: a power of two >= H, at most 32
   int n = 1;
   while (n < H && n < 32) n *= 2;
   return n;
 }
+// A warp's shared floats: g[C][H], acc[C][H], taps[C][W], inputs[C][2H].
+__host__ __device__ __forceinline__ int StatesWarpWords(int W) {
+  const int H = W - 1;
+  return 32 / StatesLanes(H) * (2 * H + W + 2 * H);
+}
 
 template <typename T>
 __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArgs a) {
-  extern __shared__ float states_smem[];  // per warp: g[C][H], acc[C][H]
+  extern __shared__ float states_smem[];
   const int W = int(a.width), H = W - 1, S = StatesLanes(H), C = 32 / S;
   const int64_t D = a.dim;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int c = lane / S, j0 = lane % S;  // this lane's channel in the group, first slot
-  float* g = states_smem + 2 * C * H * warp + c * H;
-  float* acc = g + C * H;
+  float* mine = states_smem + StatesWarpWords(W) * warp;
+  float* g = mine + c * H;
+  float* acc = mine + C * H + c * H;
+  float* taps = mine + 2 * C * H + c * W;
+  float* xin = mine + 2 * C * H + C * W + c * 2 * H;
   const T* dfin = static_cast<const T*>(a.dfinal_states);
   T* dinit = static_cast<T*>(a.dinitial_states);
   T* dx = static_cast<T*>(a.dx);
@@ -167,17 +177,21 @@ __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArg
       const bool live = d < D;  // (every lane takes part in the warp's syncs)
       const int64_t wrow = (s.b / a.batch_per_group()) * D + d;
       if (dinit) {  // g of step lo + i, where it reads the history (kSeqIdx: the history's id)
+        for (int k = j0; live && k < W; k += S) taps[k] = LoadAnyF(a.weight, a.w_dtype, wrow * W + k);
+        for (int i = j0; live && i < 2 * H; i += S) xin[i] = InputAt<T>(a, s.b, d, lo - H + i);
+        const float bias = a.bias && live ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
+        __syncwarp();
         for (int i = j0; live && i < H; i += S) {
           const int64_t t = lo + i;
           const bool reads = t < s.e && (a.mode != SegmentMode::kSeqIdx || IdAt(a, s.b, t, s.hist_id) == s.hist_id);
-          g[i] = reads ? GradAt<T>(a, s.b, d, t, lo, hrow, s.hist_id) : 0.f;
+          g[i] = reads ? GradAt<T>(a, s.b, d, t, lo, hrow, s.hist_id, lo - H, xin, taps, bias) : 0.f;
         }
         __syncwarp();
       }
       for (int j = j0; live && j < H; j += S) {  // history slot j is read by tap j - i of step lo + i
         float v = 0.f;
         if (dinit)
-          for (int i = 0; i <= j; ++i) v += LoadAnyF(a.weight, a.w_dtype, wrow * W + (j - i)) * g[i];
+          for (int i = 0; i <= j; ++i) v += taps[j - i] * g[i];
         acc[j] = v;
       }
       __syncwarp();
@@ -196,7 +210,7 @@ __global__ void __launch_bounds__(kStatesThreads) StatesGradKernel(const ConvArg
       }
       if (dinit)
         for (int j = j0; live && j < H; j += S) dinit[sl.At(r, d, j)] = FromF<T>(acc[j]);
-      __syncwarp();  // acc and g are reused by the next group
+      __syncwarp();  // the warp's shared memory is reused by the next group
     }
   }
 }
@@ -239,7 +253,7 @@ cudaError_t StatesGradT(const ConvArgs& a, cudaStream_t stream) {
   const int H = int(a.width - 1), C = 32 / StatesLanes(H);
   const int64_t groups = CeilDiv(a.dim, int64_t(C));
   const dim3 blocks(unsigned(Min64(a.num_states, 65536)), unsigned(Min64(CeilDiv(groups, int64_t(kWarps)), 1024)));
-  const size_t smem = size_t(kWarps) * 2 * C * H * sizeof(float);
+  const size_t smem = size_t(kWarps) * StatesWarpWords(int(a.width)) * sizeof(float);
   StatesGradKernel<T><<<blocks, kStatesThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
