@@ -41,6 +41,12 @@ bool WideClFits(const ConvArgs& a, const void* in2, const void* out) {
          a.dim % kWideClCh == 0 && Aligned(a.x, 16) && Aligned(in2, 16) && Aligned(out, 16);
 }
 
+// 16-bit x, weights of any float dtype, one sequence per row: the tensor-core
+// forward (on top of VectorRowsFit, W > 16).
+bool MmaFits(const ConvArgs& a) {
+  return (a.x_dtype == DType::kBF16 || a.x_dtype == DType::kF16) && a.mode == SegmentMode::kRow;
+}
+
 }  // namespace
 
 ForwardPlan PlanForward(const ConvArgs& a) {
@@ -50,6 +56,8 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   const bool rows = VectorRowsFit(a, a.residual, a.y);
   if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, false, &unused)) > 0) {
     p.family = ForwardPlan::kStream;
+  } else if (rows && a.width > 16 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
+    p.family = ForwardPlan::kMma;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
   } else if (WideClFits(a, a.residual, a.y) && (p.spans_per_row = WideSpans(a)) > 0) {
@@ -88,6 +96,7 @@ cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   switch (p.family) {
     case ForwardPlan::kStream: err = ForwardStream(a, p, stream); break;
+    case ForwardPlan::kMma: err = ForwardMma(a, p, stream); break;
     case ForwardPlan::kWide: err = ForwardWide(a, p, stream); break;
     case ForwardPlan::kWideCl: err = ForwardWideCl(a, p, stream); break;
     case ForwardPlan::kClRow: err = ForwardClRow(a, p, stream); break;

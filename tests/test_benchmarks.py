@@ -54,6 +54,9 @@ def test_matrix_filters():
                    shapes=mc.parse_shapes("8x4096x4096", "gpu"))
     assert [(c.W, c.layout, c.mode, c.dtype) for c in got] == [(4, "cl", "seq_idx", "float32"),
                                                                 (64, "cl", "seq_idx", "float32")]
+    # a width the matrix lacks is still measured when asked for
+    assert [c.W for c in mc.cells("gpu", widths=[48], layouts=["cf"], modes=["dense"], dtypes=["bfloat16"],
+                                  shapes=mc.parse_shapes("8x4096x4096", "gpu"))] == [48]
     assert mc.parse_list("bf16,f32", "dtypes", mc.DTYPES) == ["bfloat16", "float32"]
     assert mc.parse_list("channels-last", "layouts", mc.LAYOUTS) == ["cl"]
     assert [s for s, _ in mc.parse_shapes("small", "gpu")] == [(32, 512, 1024), (1, 8192, 2048)]

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 
 import jax_causal_conv as jcc
 
-from gpu_support import CPU, DT, GPU, MARKS, check, run
+from gpu_support import CPU, DT, GPU, MARKS, check, rel_err, run
+import oracle
 
 pytestmark = MARKS
 
@@ -186,6 +187,61 @@ def test_small_wide_family_spans(dtype, W, cl):
     wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
     fv = jax.vmap(lambda x, w: conv(x[None], w, b, activation="silu", seq_idx=sidx[:1])[0])
     check(grads(fv, (0, 1)), (x, wv), dtype, "wide groups")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("W", [17, 40, 41, 72, 73, 136, 137, 256])
+def test_small_mma_forward(dtype, W):
+    """The tensor-core forward (forward_mma.cu: channels-first rows of
+    16-bit x, W > 16, one sequence per row) at the edges of its k-step
+    buckets: weights of x's dtype and of float32 (two 16-bit parts), bias,
+    SiLU, residual, initial states, a partial last tile and chunk, vmapped
+    weights; against the float64 oracle and, with gradients, the CPU kernels."""
+    rng = np.random.default_rng(W)
+    B, D, L = 2, 3, 1160  # two chunks of 512 steps and a partial tile
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+    res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+    w32 = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), jnp.float32)
+    tol = {"bfloat16": 8e-3, "float16": 1.5e-3}[dtype]  # the output's rounding
+    conv = functools.partial(jcc.causal_conv1d, backend="ffi")
+    for wt in (w, w32):
+        y, fin = run(GPU, lambda *a: conv(*a[:3], activation="silu", residual=a[3], initial_states=a[4],
+                                          return_final_states=True), x, wt, b, res, init)
+        want, want_fin = oracle.conv(x, wt, b, "silu", res, init=init)
+        assert rel_err(y, want) <= tol, (str(wt.dtype), rel_err(y, want))
+        assert rel_err(fin, want_fin) == 0
+        y = run(GPU, conv, x, wt)
+        assert rel_err(y, oracle.conv(x, wt)[0]) <= tol, str(wt.dtype)
+    f = lambda x, w, b, r: conv(x, w, b, activation="silu", residual=r)
+    check(grads(f, (0, 1, 2, 3)), (x, w32, b, res), dtype, "mma, float32 weights")
+    wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
+    yv = run(GPU, jax.vmap(lambda x, w: conv(x[None], w, b)[0]), x, wv)
+    for g in range(2):
+        assert rel_err(yv[g], oracle.conv(x[g:g + 1], wv[g], b)[0][0]) <= tol
+
+
+def test_small_mma_forward_keeps_low_weight_bits():
+    """float32 weights beside bfloat16 x: the tensor-core forward splits them
+    into two bfloat16 parts. With tap H = 1 + 2^-12 (not a bfloat16) and the
+    residual -x, y = 2^-12 x survives only through the low part."""
+    rng = np.random.default_rng(5)
+    B, D, L, W = 1, 4, 1024, 33
+    x = jnp.asarray(rng.standard_normal((B, D, L)), jnp.bfloat16)
+    w = np.zeros((D, W), np.float32)
+    w[:, -1] = 1 + 2.0 ** -12
+    y = run(GPU, lambda x, w: jcc.causal_conv1d(x, w, residual=-x, backend="ffi"), x, jnp.asarray(w))
+    want = np.asarray(x, np.float64) * 2.0 ** -12
+    assert np.max(np.abs(y - want)) <= 2.0 ** -8 * np.max(np.abs(want))
+
+
+def test_mma_forward_spans():
+    """A row of three warp spans (4096 steps each) through the tensor-core
+    forward, against the float64 oracle."""
+    rng = np.random.default_rng(1)
+    x, w, b, init = inputs(rng, 1, 2, 8200, 33, "bfloat16", False)
+    y = run(GPU, lambda *a: jcc.causal_conv1d(*a[:3], activation="silu", initial_states=a[3],
+                                              backend="ffi"), x, w, b, init)
+    assert rel_err(y, oracle.conv(x, w, b, "silu", init=init)[0]) <= 8e-3
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
