@@ -42,7 +42,7 @@ bool WideClFits(const ConvArgs& a, const void* in2, const void* out) {
 }
 
 // 16-bit x, weights of any float dtype, one sequence per row: the tensor-core
-// forward (on top of VectorRowsFit, W > 16).
+// forwards (on top of VectorRowsFit or WideClFits).
 bool MmaFits(const ConvArgs& a) {
   return (a.x_dtype == DType::kBF16 || a.x_dtype == DType::kF16) && a.mode == SegmentMode::kRow;
 }
@@ -60,6 +60,8 @@ ForwardPlan PlanForward(const ConvArgs& a) {
     p.family = ForwardPlan::kMma;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
+  } else if (WideClFits(a, a.residual, a.y) && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
+    p.family = ForwardPlan::kMmaCl;
   } else if (WideClFits(a, a.residual, a.y) && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWideCl;
   } else if (ClRowFits(a, false, a.residual, a.y) &&
@@ -98,6 +100,7 @@ cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
     case ForwardPlan::kStream: err = ForwardStream(a, p, stream); break;
     case ForwardPlan::kMma: err = ForwardMma(a, p, stream); break;
     case ForwardPlan::kWide: err = ForwardWide(a, p, stream); break;
+    case ForwardPlan::kMmaCl: err = ForwardMmaCl(a, p, stream); break;
     case ForwardPlan::kWideCl: err = ForwardWideCl(a, p, stream); break;
     case ForwardPlan::kClRow: err = ForwardClRow(a, p, stream); break;
     case ForwardPlan::kTile: err = ForwardTile(a, stream); break;

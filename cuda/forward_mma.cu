@@ -12,53 +12,19 @@
 // parts, hi + lo, each its own B: products then keep ~16 more bits.
 #include "launchers.h"
 #include "mma.cuh"
-#include "wide_cf.cuh"
+#include "wide_cf.cuh"  // IssueWideX
 
 namespace jcc::cuda {
 namespace {
 
-constexpr int kMmaTile = 128;  // outputs per tile: 16 segments of 8 steps
-
-__host__ __device__ __forceinline__ int MmaHalo(int W) { return RoundUp(W - 1, 8); }        // P
-__host__ __device__ __forceinline__ int MmaKSteps(int W) { return (MmaHalo(W) + 8 + 15) / 16; }
-// Staged steps of a chunk: c0 - P .. c0 + kWideChunk + 16 (ldmatrix reads
-// up to 16 past the chunk, where B is zero; zero past the row's end).
-__host__ __device__ __forceinline__ int MmaBufElems(int W) { return kWideChunk + MmaHalo(W) + 16; }
-
-// This lane's B fragments of taps group (b, d) for k-steps kk < nk: the
-// pairs of rows 16 kk + 2 (lane % 4) (+1) and + 8 (+9) of column lane / 4.
-// Returns whether the lo parts are needed (weights not of x's dtype).
 template <typename T, int kNK>
-__device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d, int nk, unsigned (&hi)[kNK][2],
-                                        unsigned (&lo)[kNK][2]) {
-  const int W = int(a.width), lane = threadIdx.x & 31, col = lane >> 2, shift = MmaHalo(W) - (W - 1);
-  const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
-  auto tap = [&](int m) {
-    const int k = m - col - shift;
-    return k >= 0 && k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k) : 0.f;
-  };
-  auto rest = [](float w) { return w - ToF(FromF<T>(w)); };
-#pragma unroll
-  for (int kk = 0; kk < kNK; ++kk) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = 16 * kk + 2 * (lane & 3) + 8 * h;
-      const float w0 = kk < nk ? tap(m) : 0.f, w1 = kk < nk ? tap(m + 1) : 0.f;
-      hi[kk][h] = PackPair<T>(w0, w1);
-      lo[kk][h] = PackPair<T>(rest(w0), rest(w1));
-    }
-  }
-  return a.w_dtype != a.x_dtype;
-}
-
-template <typename T, int kNK>
-__global__ void __launch_bounds__(kStreamThreads) FwdMmaKernel(const ConvArgs a, int64_t spans_per_row) {
+__global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 6 : (kNK <= 5 ? 5 : 1)) FwdMmaKernel(const ConvArgs a, int64_t spans_per_row) {
   extern __shared__ float4 smem_raw[];
   const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
   if (!pl.live) return;  // whole warps; no block barriers
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int W = int(a.width), P = MmaHalo(W), nk = MmaKSteps(W), nbuf = MmaBufElems(W);
-  T* bufs = reinterpret_cast<T*>(smem_raw) + 2 * nbuf * warp;
+  T* bufs = reinterpret_cast<T*>(smem_raw) + kMmaStages * nbuf * warp;
   const int64_t L = a.len, b = pl.b, d = pl.d;
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
@@ -69,38 +35,31 @@ __global__ void __launch_bounds__(kStreamThreads) FwdMmaKernel(const ConvArgs a,
   const bool split = MmaTaps<T, kNK>(a, b, d, nk, bhi, blo);
   const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
   const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
-  // this lane's ldmatrix row: row (lane % 8) + 8 (matrix & 1) of A, columns
-  // from 8 (matrix >> 1); the C pairs it receives: rows lane / 4 (+ 8),
-  // columns 2 (lane % 4) (+1): steps t0 + first (+ 64) (+1)
-  const int lrow = 8 * ((lane & 7) + 8 * ((lane >> 3) & 1)) + 8 * (lane >> 4);
-  const int first = 8 * (lane >> 2) + 2 * (lane & 3);
+  const int lrow = MmaLaneRow(lane), first = MmaLaneFirst(lane);
 
   const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
-  IssueWideX<T>(a, xrow, b, d, pl.first_chunk * kWideChunk - P, nbuf, bufs);
+  // chunk first + i in buffer i % kMmaStages; a copy group per chunk (empty
+  // past the span), so that "all but the last kMmaStages - 1 groups" are
+  // this chunk's
+  auto issue = [&](int64_t ci) {
+    if (ci < end)
+      IssueWideX<T>(a, xrow, b, d, ci * kWideChunk - P, nbuf, bufs + (ci - pl.first_chunk) % kMmaStages * nbuf);
+    else
+      CpAsyncCommit();
+  };
+  for (int i = 0; i < kMmaStages - 1; ++i) issue(pl.first_chunk + i);
   for (int64_t ci = pl.first_chunk; ci < end; ++ci) {
     const int64_t c0 = ci * kWideChunk;
-    const T* cur = bufs + ((ci - pl.first_chunk) & 1) * nbuf;
-    if (ci + 1 < end) {  // the next chunk's x, in flight during this chunk's work
-      IssueWideX<T>(a, xrow, b, d, c0 + kWideChunk - P, nbuf, bufs + ((ci + 1 - pl.first_chunk) & 1) * nbuf);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    const T* cur = bufs + (ci - pl.first_chunk) % kMmaStages * nbuf;
+    issue(ci + kMmaStages - 1);  // into the buffer of chunk ci - 1, whose readers are done
+    CpAsyncWait<kMmaStages - 1>();
     __syncwarp();
 #pragma unroll 1
     for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
       const int64_t t0 = c0 + kMmaTile * u;
       if (t0 >= L) break;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-      const T* arow = cur + kMmaTile * u + lrow;
-#pragma unroll
-      for (int kk = 0; kk < kNK; ++kk) {
-        if (kk >= nk) break;
-        unsigned frag[4];
-        LdMatrixX4(arow + 16 * kk, frag);
-        Mma16816<T>(acc, frag, bhi[kk][0], bhi[kk][1]);
-        if (split) Mma16816<T>(acc, frag, blo[kk][0], blo[kk][1]);
-      }
+      float acc[4];
+      MmaTile<T, kNK>(cur + kMmaTile * u + lrow, nk, bhi, blo, split, acc);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t t = t0 + first + 64 * h;
@@ -118,27 +77,20 @@ __global__ void __launch_bounds__(kStreamThreads) FwdMmaKernel(const ConvArgs a,
   }
 }
 
-template <typename T, int kNK>
-cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
-  const size_t smem = size_t(kStreamWarps) * 2 * MmaBufElems(int(a.width)) * sizeof(T);
-  return LaunchWithSmem(FwdMmaKernel<T, kNK>, StreamBlocks(a, spans_per_row), kStreamThreads, smem, stream, a,
-                        spans_per_row);
-}
-
 template <typename T>
-cudaError_t LaunchNK(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
-  const int nk = MmaKSteps(int(a.width));  // k-step buckets: W <= 40, 72, 136, 256
-  if (nk <= 3) return LaunchT<T, 3>(a, spans_per_row, stream);
-  if (nk <= 5) return LaunchT<T, 5>(a, spans_per_row, stream);
-  if (nk <= 9) return LaunchT<T, 9>(a, spans_per_row, stream);
-  return LaunchT<T, 17>(a, spans_per_row, stream);
+cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
+  const size_t smem = size_t(kStreamWarps) * kMmaStages * MmaBufElems(int(a.width)) * sizeof(T);
+  return WithKSteps(int(a.width), [&](auto nk) {
+    return LaunchWithSmem(FwdMmaKernel<T, decltype(nk)::value>, StreamBlocks(a, spans_per_row), kStreamThreads,
+                          smem, stream, a, spans_per_row);
+  });
 }
 
 }  // namespace
 
 cudaError_t ForwardMma(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  if (a.x_dtype == DType::kBF16) return LaunchNK<__nv_bfloat16>(a, p.spans_per_row, stream);
-  if (a.x_dtype == DType::kF16) return LaunchNK<__half>(a, p.spans_per_row, stream);
+  if (a.x_dtype == DType::kBF16) return LaunchT<__nv_bfloat16>(a, p.spans_per_row, stream);
+  if (a.x_dtype == DType::kF16) return LaunchT<__half>(a, p.spans_per_row, stream);
   return cudaErrorNotSupported;
 }
 

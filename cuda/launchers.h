@@ -12,6 +12,8 @@
 //     sequence per row or seq_idx, W <= 16;
 //   kMma (forward_mma.cu, mma.cuh): forward only, the same rows of bfloat16
 //     or float16 x, one sequence per row, W > 16, summed on tensor cores;
+//   kMmaCl (forward_mma_cl.cu): forward only, kWideCl's problems of 16-bit
+//     x, one sequence per row, summed on tensor cores;
 //   kWide (forward_wide.cu, backward_wide.cu, wide.cuh, wide_cf.cuh): the same rows,
 //     W > 16 at a run-time width;
 //   kWideCl (forward_wide_cl.cu, backward_wide_cl.cu, wide_cl.cuh):
@@ -55,8 +57,8 @@ cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream);
 // --- plans and families (internal to the CUDA module) ----------------------------
 
 struct ForwardPlan {
-  enum Family { kNone, kStream, kMma, kWide, kWideCl, kClRow, kTile } family = kNone;
-  int64_t spans_per_row = 0;  // kStream: warp chunks per row; kMma, kWide(Cl): spans per row
+  enum Family { kNone, kStream, kMma, kWide, kMmaCl, kWideCl, kClRow, kTile } family = kNone;
+  int64_t spans_per_row = 0;  // kStream: warp chunks per row; kMma(Cl), kWide(Cl): spans per row
   int64_t nchunk = 0;         // kClRow: time chunks per row
 };
 
@@ -74,6 +76,7 @@ BackwardPlan PlanBackward(const ConvArgs& a);
 // Family launchers, given a plan of their family.
 cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardMma(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
+cudaError_t ForwardMmaCl(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardWide(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardWideCl(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "wide.cuh"  // kWideChunk
 
 namespace jcc::cuda {
 
@@ -51,6 +52,79 @@ __device__ __forceinline__ void UnpackPair(unsigned u, float& first, float& seco
   T e[2];
   memcpy(e, &u, 4);
   first = ToF(e[0]), second = ToF(e[1]);
+}
+
+// --- the convolution as tiles of MMAs (forward_mma.cu has the formulas) ---
+
+constexpr int kMmaTile = 128;  // outputs per tile: 16 segments of 8 steps
+
+__host__ __device__ __forceinline__ int MmaHalo(int W) { return RoundUp(W - 1, 8); }        // P
+__host__ __device__ __forceinline__ int MmaKSteps(int W) { return (MmaHalo(W) + 8 + 15) / 16; }
+// Staged steps of a chunk: c0 - P .. c0 + kWideChunk + 16 (ldmatrix reads
+// up to 16 past the chunk, where B is zero; zero past the row's end).
+__host__ __device__ __forceinline__ int MmaBufElems(int W) { return kWideChunk + MmaHalo(W) + 16; }
+// Staging buffers of the raw inputs: two chunks in flight while one is summed.
+constexpr int kMmaStages = 3;
+
+// This lane's B fragments of taps group (b, d) for k-steps kk < nk: the
+// pairs of rows 16 kk + 2 (lane % 4) (+1) and + 8 (+9) of column lane / 4.
+// Returns whether the lo parts are needed (weights not of x's dtype).
+template <typename T, int kNK>
+__device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d, int nk, unsigned (&hi)[kNK][2],
+                                        unsigned (&lo)[kNK][2]) {
+  const int W = int(a.width), lane = threadIdx.x & 31, col = lane >> 2, shift = MmaHalo(W) - (W - 1);
+  const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
+  auto tap = [&](int m) {
+    const int k = m - col - shift;
+    return k >= 0 && k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k) : 0.f;
+  };
+  auto rest = [](float w) { return w - ToF(FromF<T>(w)); };
+#pragma unroll
+  for (int kk = 0; kk < kNK; ++kk) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = 16 * kk + 2 * (lane & 3) + 8 * h;
+      const float w0 = kk < nk ? tap(m) : 0.f, w1 = kk < nk ? tap(m + 1) : 0.f;
+      hi[kk][h] = PackPair<T>(w0, w1);
+      lo[kk][h] = PackPair<T>(rest(w0), rest(w1));
+    }
+  }
+  return a.w_dtype != a.x_dtype;
+}
+
+
+// This lane's ldmatrix row of a tile (its offset in the staged steps): row
+// (lane % 8) + 8 (matrix & 1) of A, columns from 8 (matrix >> 1).
+__device__ __forceinline__ int MmaLaneRow(int lane) { return 8 * ((lane & 7) + 8 * ((lane >> 3) & 1)) + 8 * (lane >> 4); }
+// The tile's outputs this lane receives: C rows lane / 4 (+ 8), columns
+// 2 (lane % 4) (+1), i.e. steps t0 + first (+ 64) (+1).
+__device__ __forceinline__ int MmaLaneFirst(int lane) { return 8 * (lane >> 2) + 2 * (lane & 3); }
+
+// A tile's sums: acc[2h + e] = the output at step t0 + first + 64 h + e,
+// from arow = the staged steps of the tile + MmaLaneRow.
+template <typename T, int kNK>
+__device__ __forceinline__ void MmaTile(const T* arow, int nk, const unsigned (&hi)[kNK][2],
+                                        const unsigned (&lo)[kNK][2], bool split, float (&acc)[4]) {
+  acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < kNK; ++kk) {
+    if (kk >= nk) break;
+    unsigned frag[4];
+    LdMatrixX4(arow + 16 * kk, frag);
+    Mma16816<T>(acc, frag, hi[kk][0], hi[kk][1]);
+    if (split) Mma16816<T>(acc, frag, lo[kk][0], lo[kk][1]);
+  }
+}
+
+// f(std::integral_constant<int, kNK>()) for the k-step bucket of width W
+// (kNK >= MmaKSteps(W): W <= 40, 72, 136, 256).
+template <typename F>
+__host__ __forceinline__ auto WithKSteps(int W, F&& f) {
+  const int nk = MmaKSteps(W);
+  if (nk <= 3) return f(std::integral_constant<int, 3>());
+  if (nk <= 5) return f(std::integral_constant<int, 5>());
+  if (nk <= 9) return f(std::integral_constant<int, 9>());
+  return f(std::integral_constant<int, 17>());
 }
 
 }  // namespace jcc::cuda

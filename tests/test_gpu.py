@@ -191,33 +191,41 @@ def test_small_wide_family_spans(dtype, W, cl):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("W", [17, 40, 41, 72, 73, 136, 137, 256])
-def test_small_mma_forward(dtype, W):
-    """The tensor-core forward (forward_mma.cu: channels-first rows of
-    16-bit x, W > 16, one sequence per row) at the edges of its k-step
-    buckets: weights of x's dtype and of float32 (two 16-bit parts), bias,
-    SiLU, residual, initial states, a partial last tile and chunk, vmapped
-    weights; against the float64 oracle and, with gradients, the CPU kernels."""
-    rng = np.random.default_rng(W)
-    B, D, L = 2, 3, 1160  # two chunks of 512 steps and a partial tile
-    x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_mma_forward(dtype, W, cl):
+    """The tensor-core forwards (forward_mma.cu: channels-first rows of
+    16-bit x; forward_mma_cl.cu: channels-last groups of 8 channels; W > 16,
+    one sequence per row) at the edges of their k-step buckets: weights of
+    x's dtype and of float32 (two 16-bit parts), bias, SiLU, residual,
+    initial states, a partial last tile and chunk, vmapped weights; against
+    the float64 oracle and, with gradients, the CPU kernels."""
+    rng = np.random.default_rng(W + cl)
+    B, D, L = 2, 16 if cl else 3, 1160  # two chunks of 512 steps and a partial tile
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
     res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
     w32 = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), jnp.float32)
     tol = {"bfloat16": 8e-3, "float16": 1.5e-3}[dtype]  # the output's rounding
-    conv = functools.partial(jcc.causal_conv1d, backend="ffi")
+    conv = functools.partial(jcc.causal_conv1d, channels_last=cl, backend="ffi")
+    cf = (lambda a: None if a is None else np.swapaxes(np.asarray(a, np.float64), -1, -2)) if cl else (lambda a: a)
+
+    def want(x, w, b=None, act=None, r=None, h=None):  # the oracle, channels-first
+        y, fin = oracle.conv(cf(x), w, b, act, cf(r), init=cf(h))
+        return cf(y), cf(fin)
+
     for wt in (w, w32):
         y, fin = run(GPU, lambda *a: conv(*a[:3], activation="silu", residual=a[3], initial_states=a[4],
                                           return_final_states=True), x, wt, b, res, init)
-        want, want_fin = oracle.conv(x, wt, b, "silu", res, init=init)
-        assert rel_err(y, want) <= tol, (str(wt.dtype), rel_err(y, want))
+        want_y, want_fin = want(x, wt, b, "silu", res, init)
+        assert rel_err(y, want_y) <= tol, (str(wt.dtype), rel_err(y, want_y))
         assert rel_err(fin, want_fin) == 0
         y = run(GPU, conv, x, wt)
-        assert rel_err(y, oracle.conv(x, wt)[0]) <= tol, str(wt.dtype)
+        assert rel_err(y, want(x, wt)[0]) <= tol, str(wt.dtype)
     f = lambda x, w, b, r: conv(x, w, b, activation="silu", residual=r)
     check(grads(f, (0, 1, 2, 3)), (x, w32, b, res), dtype, "mma, float32 weights")
     wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
     yv = run(GPU, jax.vmap(lambda x, w: conv(x[None], w, b)[0]), x, wv)
     for g in range(2):
-        assert rel_err(yv[g], oracle.conv(x[g:g + 1], wv[g], b)[0][0]) <= tol
+        assert rel_err(yv[g], want(x[g:g + 1], wv[g], b)[0][0]) <= tol
 
 
 def test_small_mma_forward_keeps_low_weight_bits():
@@ -234,14 +242,16 @@ def test_small_mma_forward_keeps_low_weight_bits():
     assert np.max(np.abs(y - want)) <= 2.0 ** -8 * np.max(np.abs(want))
 
 
-def test_mma_forward_spans():
+@pytest.mark.parametrize("cl", [False, True])
+def test_mma_forward_spans(cl):
     """A row of three warp spans (4096 steps each) through the tensor-core
-    forward, against the float64 oracle."""
+    forwards, against the float64 oracle."""
     rng = np.random.default_rng(1)
-    x, w, b, init = inputs(rng, 1, 2, 8200, 33, "bfloat16", False)
+    x, w, b, init = inputs(rng, 1, 8 if cl else 2, 8200, 33, "bfloat16", cl)
     y = run(GPU, lambda *a: jcc.causal_conv1d(*a[:3], activation="silu", initial_states=a[3],
-                                              backend="ffi"), x, w, b, init)
-    assert rel_err(y, oracle.conv(x, w, b, "silu", init=init)[0]) <= 8e-3
+                                              channels_last=cl, backend="ffi"), x, w, b, init)
+    t = (lambda a: np.swapaxes(np.asarray(a, np.float64), 1, 2)) if cl else (lambda a: a)
+    assert rel_err(t(y), oracle.conv(t(x), w, b, "silu", init=t(init))[0]) <= 8e-3
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -17,6 +17,7 @@ T=${TEST_TIMEOUT:-330}
   for part in 0 1 2 3; do
     timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
       $part 4 > "$OUT/memcheck$part.log" 2>&1 &
+    sleep 6  # (compute-sanitizers started together often segfault at start)
   done
   wait )
 echo "tests: $(tail -1 "$OUT/test_gpu.log") after $((SECONDS - t0)) s"

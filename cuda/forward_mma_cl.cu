@@ -1,0 +1,132 @@
+// The channels-last tensor-core forward: channels-last dense bfloat16 or
+// float16 x of whole aligned groups of kWideClCh channels, one sequence per
+// row, W > 16. Staged like the channels-last wide family (wide_cl.cuh: a
+// block of kWideClCh warps takes a group's rows over a span, outputs leave
+// as whole rows through the column buffer ys), but the rows are transposed
+// into one 16-bit row per channel, which each warp sums on tensor cores as
+// forward_mma.cu does (mma.cuh).
+#include "launchers.h"
+#include "mma.cuh"
+#include "wide_cl.cuh"
+
+namespace jcc::cuda {
+namespace {
+
+// A block's shared memory in bytes: the raw rows (rx, kMmaStages chunks of
+// them), each warp's channel row (xc, 16-bit), the output columns (ys).
+struct MmaClSmem {
+  int n, rx, xc, ys, bytes;
+  __host__ __device__ MmaClSmem(int W, int elem_bytes) {
+    n = MmaBufElems(W);
+    rx = 0;
+    xc = rx + kMmaStages * n * kWideClCh * elem_bytes;
+    ys = xc + kWideClCh * n * elem_bytes;
+    bytes = ys + kWideClCh * kWideClCol * 4;
+  }
+};
+
+// Raw rows i < n (steps o + i; pairs of them per thread) into the channel
+// rows xc + c * n as pairs; before step 0 the initial states (or zeros).
+template <typename T>
+__device__ __forceinline__ void TransposeMmaClRows(const ConvArgs& a, const T* raw, int64_t b, int64_t g, int64_t o,
+                                                   int n, T* xc) {
+  static_assert(kWideClCh * sizeof(T) == 16, "a row of the group is one 16-byte word");
+  for (int p = threadIdx.x; p < n / 2; p += kWideClThreads) {
+    const int64_t t = o + 2 * p;
+    T e[2][kWideClCh];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (t + r >= 0) {
+        *reinterpret_cast<uint4*>(e[r]) = reinterpret_cast<const uint4*>(raw)[2 * p + r];
+      } else {
+        const int64_t j = t + r + a.width - 1;  // the state's slot
+#pragma unroll
+        for (int c = 0; c < kWideClCh; ++c)
+          e[r][c] = FromF<T>(a.initial_states && j >= 0 ? LoadState<T>(a, a.initial_states, b, g * kWideClCh + c, j)
+                                                         : 0.f);
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < kWideClCh; ++c)
+      reinterpret_cast<unsigned*>(xc + c * n)[p] = unsigned(Bits(e[0][c])) | (unsigned(Bits(e[1][c])) << 16);
+  }
+}
+
+template <typename T, int kNK>
+__global__ void __launch_bounds__(kWideClThreads, kNK <= 5 ? 3 : 2) FwdMmaClKernel(const ConvArgs a, int64_t spans_per_row) {
+  extern __shared__ float4 smem_raw[];
+  const WideClPlace pl = LocateWideCl(a, spans_per_row);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int W = int(a.width), P = MmaHalo(W), nk = MmaKSteps(W);
+  const MmaClSmem sm(W, int(sizeof(T)));
+  char* block = reinterpret_cast<char*>(smem_raw);
+  T* rx = reinterpret_cast<T*>(block + sm.rx);
+  T* xc = reinterpret_cast<T*>(block + sm.xc);
+  float* ys = reinterpret_cast<float*>(block + sm.ys);
+  const int64_t L = a.len, b = pl.b, g = pl.g, d = g * kWideClCh + warp;
+  const T* x = static_cast<const T*>(a.x);
+  T* y = static_cast<T*>(a.y);
+  const T* res = static_cast<const T*>(a.residual);
+  const bool silu = a.act == Activation::kSilu;
+  unsigned bhi[kNK][2], blo[kNK][2];
+  const bool split = MmaTaps<T, kNK>(a, b, d, nk, bhi, blo);
+  const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
+  const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
+  const T* mine = xc + warp * sm.n + MmaLaneRow(lane);
+  float* col = ys + warp * kWideClCol;
+  const int first = MmaLaneFirst(lane);
+
+  const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
+  // chunk first + i's rows in rx buffer i % kMmaStages, a copy group per
+  // chunk (empty past the span) as in forward_mma.cu
+  auto rows = [&](int64_t ci) { return rx + (ci - pl.first_chunk) % kMmaStages * sm.n * kWideClCh; };
+  auto issue = [&](int64_t ci) {
+    if (ci < end)
+      IssueWideClRows<T>(a, x, b, g, ci * kWideChunk - P, sm.n, rows(ci));
+    else
+      CpAsyncCommit();
+  };
+  for (int i = 0; i < kMmaStages - 1; ++i) issue(pl.first_chunk + i);
+  for (int64_t ci = pl.first_chunk; ci < end; ++ci) {
+    const int64_t c0 = ci * kWideChunk;
+    issue(ci + kMmaStages - 1);  // into chunk ci - 1's buffer, transposed before the last barrier
+    CpAsyncWait<kMmaStages - 1>();
+    __syncthreads();  // the chunk's rows are in; the previous chunk's outputs are in ys
+    if (ci > pl.first_chunk) StoreWideClRows<T>(a, y, res, b, g, c0 - kWideChunk, ys);
+    TransposeMmaClRows<T>(a, rows(ci), b, g, c0 - P, sm.n, xc);
+    __syncthreads();  // the channel rows are in; ys is free again
+#pragma unroll 1
+    for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
+      if (c0 + kMmaTile * u >= L) break;
+      float acc[4];
+      MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int s = kMmaTile * u + first + 64 * h;
+        *reinterpret_cast<float2*>(col + WideClOut(s)) =
+            make_float2(Activate(acc[2 * h] + bias, silu), Activate(acc[2 * h + 1] + bias, silu));
+      }
+    }
+  }
+  __syncthreads();
+  StoreWideClRows<T>(a, y, res, b, g, (end - 1) * kWideChunk, ys);
+}
+
+template <typename T>
+cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
+  const size_t smem = size_t(MmaClSmem(int(a.width), int(sizeof(T))).bytes);
+  return WithKSteps(int(a.width), [&](auto nk) {
+    return LaunchWithSmem(FwdMmaClKernel<T, decltype(nk)::value>, WideClBlocks(a, spans_per_row), kWideClThreads,
+                          smem, stream, a, spans_per_row);
+  });
+}
+
+}  // namespace
+
+cudaError_t ForwardMmaCl(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+  if (a.x_dtype == DType::kBF16) return LaunchT<__nv_bfloat16>(a, p.spans_per_row, stream);
+  if (a.x_dtype == DType::kF16) return LaunchT<__half>(a, p.spans_per_row, stream);
+  return cudaErrorNotSupported;
+}
+
+}  // namespace jcc::cuda
