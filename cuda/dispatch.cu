@@ -41,10 +41,12 @@ bool WideClFits(const ConvArgs& a, const void* in2, const void* out) {
          a.dim % kWideClCh == 0 && Aligned(a.x, 16) && Aligned(in2, 16) && Aligned(out, 16);
 }
 
-// 16-bit x, weights of any float dtype, one sequence per row: the tensor-core
-// forwards (on top of VectorRowsFit or WideClFits).
+// 16-bit x, weights of any float dtype: the tensor-core forwards (on top of
+// VectorRowsFit: one sequence per row or seq_idx; WideClFits: one sequence
+// per row).
 bool MmaFits(const ConvArgs& a) {
-  return (a.x_dtype == DType::kBF16 || a.x_dtype == DType::kF16) && a.mode == SegmentMode::kRow;
+  const bool mode = a.mode == SegmentMode::kRow || (!a.channels_last && a.mode == SegmentMode::kSeqIdx);
+  return (a.x_dtype == DType::kBF16 || a.x_dtype == DType::kF16) && mode;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The mma forward (tensor cores): channels-first rows of whole aligned
-// vectors of bfloat16 or float16 x, one sequence per row, W > 16. A warp
+// vectors of bfloat16 or float16 x, one sequence per row or seq_idx, W > 16. A warp
 // walks a span of its channel row like the wide family (wide_cf.cuh stages
 // the raw inputs), but sums on tensor cores: the 128 outputs of a tile,
 // y[t0 + 8j + i] (j < 16 segments, i < 8), are C = A B with
@@ -10,6 +10,9 @@
 // with P = H rounded up to 8 (16-byte aligned rows) and K = P + 8 rounded
 // up to 16. Float weights (other than x's dtype) are split into two 16-bit
 // parts, hi + lo, each its own B: products then keep ~16 more bits.
+// seq_idx: the ids are staged beside x; a tile whose window holds one live
+// id is summed as above, any other once per distinct id among its outputs
+// with A masked to that id's inputs (padding outputs are 0).
 #include "launchers.h"
 #include "mma.cuh"
 #include "wide_cf.cuh"  // IssueWideX
@@ -17,14 +20,40 @@
 namespace jcc::cuda {
 namespace {
 
-template <typename T, int kNK>
-__global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 6 : (kNK <= 5 ? 5 : 1)) FwdMmaKernel(const ConvArgs a, int64_t spans_per_row) {
+// The ids of steps o .. o + n (whole words of 4, o a multiple of 4) into
+// ids: copies where in the row (no commit: the x copies' group takes them),
+// else HistoryId before step 0 and kNoId past the end.
+__device__ __forceinline__ void IssueMmaIds(const ConvArgs& a, int64_t b, int64_t o, int n, int32_t hist,
+                                            int32_t* ids) {
+  const int32_t* row = a.seq_idx + b * a.len;
+  for (int v = threadIdx.x & 31; v < n / 4; v += 32) {
+    const int64_t t = o + 4 * v;
+    if (t >= 0 && t < a.len) {
+      CpAsync<16>(ids + 4 * v, row + t, true);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) ids[4 * v + i] = t < 0 ? hist : kNoId;
+    }
+  }
+}
+
+// Shared memory of a block, in bytes.
+__host__ __device__ __forceinline__ int MmaSmemBytes(int W, bool masked, int elem_bytes) {
+  return kStreamWarps * kMmaStages * MmaBufElems(W) * (elem_bytes + (masked ? 4 : 0));
+}
+
+template <typename T, int kNK, bool kMasked>
+__global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) : (kNK <= 5 ? 5 : 1))
+    FwdMmaKernel(const ConvArgs a, int64_t spans_per_row) {
   extern __shared__ float4 smem_raw[];
   const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
   if (!pl.live) return;  // whole warps; no block barriers
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int W = int(a.width), P = MmaHalo(W), nk = MmaKSteps(W), nbuf = MmaBufElems(W);
   T* bufs = reinterpret_cast<T*>(smem_raw) + kMmaStages * nbuf * warp;
+  // (masked: after the x buffers of all warps, each warp's id buffers)
+  int32_t* idbufs = reinterpret_cast<int32_t*>(reinterpret_cast<T*>(smem_raw) + kStreamWarps * kMmaStages * nbuf) +
+                    kMmaStages * nbuf * warp;
   const int64_t L = a.len, b = pl.b, d = pl.d;
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
@@ -36,21 +65,25 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 6 : (kNK <= 5 ? 5 :
   const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
   const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
   const int lrow = MmaLaneRow(lane), first = MmaLaneFirst(lane);
+  const int32_t hist = kMasked ? HistoryId(a, b) : 0;
 
   const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
   // chunk first + i in buffer i % kMmaStages; a copy group per chunk (empty
   // past the span), so that "all but the last kMmaStages - 1 groups" are
   // this chunk's
   auto issue = [&](int64_t ci) {
-    if (ci < end)
-      IssueWideX<T>(a, xrow, b, d, ci * kWideChunk - P, nbuf, bufs + (ci - pl.first_chunk) % kMmaStages * nbuf);
-    else
+    if (ci < end) {
+      const int stage = (ci - pl.first_chunk) % kMmaStages;
+      if constexpr (kMasked) IssueMmaIds(a, b, ci * kWideChunk - P, nbuf, hist, idbufs + stage * nbuf);
+      IssueWideX<T>(a, xrow, b, d, ci * kWideChunk - P, nbuf, bufs + stage * nbuf);
+    } else
       CpAsyncCommit();
   };
   for (int i = 0; i < kMmaStages - 1; ++i) issue(pl.first_chunk + i);
   for (int64_t ci = pl.first_chunk; ci < end; ++ci) {
     const int64_t c0 = ci * kWideChunk;
     const T* cur = bufs + (ci - pl.first_chunk) % kMmaStages * nbuf;
+    const int32_t* ids = idbufs + (ci - pl.first_chunk) % kMmaStages * nbuf;
     issue(ci + kMmaStages - 1);  // into the buffer of chunk ci - 1, whose readers are done
     CpAsyncWait<kMmaStages - 1>();
     __syncwarp();
@@ -59,12 +92,42 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 6 : (kNK <= 5 ? 5 :
       const int64_t t0 = c0 + kMmaTile * u;
       if (t0 >= L) break;
       float acc[4];
-      MmaTile<T, kNK>(cur + kMmaTile * u + lrow, nk, bhi, blo, split, acc);
+      bool live[4] = {true, true, true, true};  // (masked: the output is not padding)
+      const T* arow = cur + kMmaTile * u + lrow;
+      if constexpr (!kMasked) {
+        MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
+      } else {
+        const int32_t* irow = ids + kMmaTile * u;  // the ids of the tile's staged steps
+        const int e = P + first;                    // this lane's outputs: irow[e (+1) (+64)]
+        const int32_t oid[4] = {irow[e], irow[e + 1], irow[e + 64], irow[e + 65]};
+        bool one = irow[P - (W - 1)] >= 0;  // the window (staged steps P - H .. P + 127): one live id?
+        for (int i = P - (W - 1) + lane; i < P + kMmaTile; i += 32) one = one && irow[i] == irow[P - (W - 1)];
+        if (__all_sync(0xffffffffu, one)) {
+          MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
+        } else {  // once per distinct id among the outputs, the lowest lane's first pending one
+          bool done[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) live[i] = oid[i] >= 0, done[i] = !live[i], acc[i] = 0.f;
+          for (;;) {
+            const unsigned pending = __ballot_sync(0xffffffffu, !(done[0] && done[1] && done[2] && done[3]));
+            if (!pending) break;
+            const int32_t mine = !done[0] ? oid[0] : !done[1] ? oid[1] : !done[2] ? oid[2] : oid[3];
+            const int32_t s = __shfl_sync(0xffffffffu, mine, __ffs(pending) - 1);
+            float part[4];
+            MmaTileOf<T, kNK>(arow, irow, s, nk, bhi, blo, split, part);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              if (!done[i] && oid[i] == s) acc[i] = part[i], done[i] = true;
+          }
+        }
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t t = t0 + first + 64 * h;
         if (t >= L) continue;  // (L is whole vectors: both steps or neither)
-        float v0 = Activate(acc[2 * h] + bias, silu), v1 = Activate(acc[2 * h + 1] + bias, silu);
+        // (padding: exactly 0 before the residual)
+        float v0 = live[2 * h] ? Activate(acc[2 * h] + bias, silu) : 0.f;
+        float v1 = live[2 * h + 1] ? Activate(acc[2 * h + 1] + bias, silu) : 0.f;
         if (res) {
           float r0, r1;
           UnpackPair<T>(__ldg(reinterpret_cast<const unsigned*>(res + t)), r0, r1);
@@ -79,10 +142,12 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 6 : (kNK <= 5 ? 5 :
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
-  const size_t smem = size_t(kStreamWarps) * kMmaStages * MmaBufElems(int(a.width)) * sizeof(T);
+  const bool masked = a.mode == SegmentMode::kSeqIdx;
+  const size_t smem = size_t(MmaSmemBytes(int(a.width), masked, int(sizeof(T))));
   return WithKSteps(int(a.width), [&](auto nk) {
-    return LaunchWithSmem(FwdMmaKernel<T, decltype(nk)::value>, StreamBlocks(a, spans_per_row), kStreamThreads,
-                          smem, stream, a, spans_per_row);
+    constexpr int kNK = decltype(nk)::value;
+    return LaunchWithSmem(masked ? FwdMmaKernel<T, kNK, true> : FwdMmaKernel<T, kNK, false>,
+                          StreamBlocks(a, spans_per_row), kStreamThreads, smem, stream, a, spans_per_row);
   });
 }
 

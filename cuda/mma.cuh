@@ -116,6 +116,32 @@ __device__ __forceinline__ void MmaTile(const T* arow, int nk, const unsigned (&
   }
 }
 
+// seq_idx: the tile's sums over only the inputs whose id is s (the other
+// elements of A zeroed): ids[e] is the id of staged step e, as arow's.
+template <typename T, int kNK>
+__device__ __forceinline__ void MmaTileOf(const T* arow, const int32_t* irow, int32_t s, int nk,
+                                          const unsigned (&hi)[kNK][2], const unsigned (&lo)[kNK][2], bool split,
+                                          float (&acc)[4]) {
+  acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+  const int lane = threadIdx.x & 31;
+  // this lane's elements of fragment r: rows lane / 4 (+ 8 for r odd),
+  // columns 2 (lane % 4) (+ 8 for r >= 2) and + 1
+  const int e0 = 8 * (lane >> 2) + 2 * (lane & 3);
+#pragma unroll
+  for (int kk = 0; kk < kNK; ++kk) {
+    if (kk >= nk) break;
+    unsigned frag[4];
+    LdMatrixX4(arow + 16 * kk, frag);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int2 id = *reinterpret_cast<const int2*>(irow + e0 + 64 * (r & 1) + 8 * (r >> 1) + 16 * kk);
+      frag[r] &= (id.x == s ? 0x0000ffffu : 0u) | (id.y == s ? 0xffff0000u : 0u);
+    }
+    Mma16816<T>(acc, frag, hi[kk][0], hi[kk][1]);
+    if (split) Mma16816<T>(acc, frag, lo[kk][0], lo[kk][1]);
+  }
+}
+
 // f(std::integral_constant<int, kNK>()) for the k-step bucket of width W
 // (kNK >= MmaKSteps(W): W <= 40, 72, 136, 256).
 template <typename F>

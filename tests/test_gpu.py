@@ -220,6 +220,19 @@ def test_small_mma_forward(dtype, W, cl):
         assert rel_err(fin, want_fin) == 0
         y = run(GPU, conv, x, wt)
         assert rel_err(y, want(x, wt)[0]) <= tol, str(wt.dtype)
+    if not cl:  # seq_idx (channels-first): segments, padding, an id that returns, the history's id
+        ids = np.zeros((B, L), np.int32)
+        ids[:, 300:] = 1
+        ids[:, 301:305] = -1
+        ids[:, 700:900] = 2
+        ids[0, 900:1000] = 0
+        ids[1, 640:] = np.arange(L - 640) // 7 + 5  # short segments: several ids in a tile
+        ids[:, -20:] = -1
+        for wt in (w, w32):
+            y = run(GPU, lambda *a: conv(*a[:3], activation="silu", residual=a[3], initial_states=a[4],
+                                         seq_idx=jnp.asarray(ids)), x, wt, b, res, init)
+            want_y = oracle.conv(x, wt, b, "silu", res, seq_idx=ids, init=init)[0]
+            assert rel_err(y, want_y) <= tol, ("seq_idx", str(wt.dtype), rel_err(y, want_y))
     f = lambda x, w, b, r: conv(x, w, b, activation="silu", residual=r)
     check(grads(f, (0, 1, 2, 3)), (x, w32, b, res), dtype, "mma, float32 weights")
     wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
