@@ -21,12 +21,13 @@ namespace jcc::cuda {
 namespace {
 
 // The ids of steps o .. o + n (whole words of 4, o a multiple of 4) into
-// ids: copies where in the row (no commit: the x copies' group takes them),
-// else HistoryId before step 0 and kNoId past the end.
+// ids, by the whole block (its warps share a batch row): copies where in the
+// row (no commit: the x copies' group takes them), else HistoryId before
+// step 0 and kNoId past the end.
 __device__ __forceinline__ void IssueMmaIds(const ConvArgs& a, int64_t b, int64_t o, int n, int32_t hist,
                                             int32_t* ids) {
   const int32_t* row = a.seq_idx + b * a.len;
-  for (int v = threadIdx.x & 31; v < n / 4; v += 32) {
+  for (int v = threadIdx.x; v < n / 4; v += kStreamThreads) {
     const int64_t t = o + 4 * v;
     if (t >= 0 && t < a.len) {
       CpAsync<16>(ids + 4 * v, row + t, true);
@@ -39,7 +40,7 @@ __device__ __forceinline__ void IssueMmaIds(const ConvArgs& a, int64_t b, int64_
 
 // Shared memory of a block, in bytes.
 __host__ __device__ __forceinline__ int MmaSmemBytes(int W, bool masked, int elem_bytes) {
-  return kStreamWarps * kMmaStages * MmaBufElems(W) * (elem_bytes + (masked ? 4 : 0));
+  return kMmaStages * MmaBufElems(W) * (kStreamWarps * elem_bytes + (masked ? 4 : 0));
 }
 
 template <typename T, int kNK, bool kMasked>
@@ -47,14 +48,15 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) :
     FwdMmaKernel(const ConvArgs a, int64_t spans_per_row) {
   extern __shared__ float4 smem_raw[];
   const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
-  if (!pl.live) return;  // whole warps; no block barriers
+  // whole warps; masked, a warp past dim still stages ids and takes part in
+  // the block barriers
+  if (!kMasked && !pl.live) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int W = int(a.width), P = MmaHalo(W), nk = MmaKSteps(W), nbuf = MmaBufElems(W);
   T* bufs = reinterpret_cast<T*>(smem_raw) + kMmaStages * nbuf * warp;
-  // (masked: after the x buffers of all warps, each warp's id buffers)
-  int32_t* idbufs = reinterpret_cast<int32_t*>(reinterpret_cast<T*>(smem_raw) + kStreamWarps * kMmaStages * nbuf) +
-                    kMmaStages * nbuf * warp;
-  const int64_t L = a.len, b = pl.b, d = pl.d;
+  // (masked: after the x buffers of all warps, the block's id buffers)
+  int32_t* idbufs = reinterpret_cast<int32_t*>(reinterpret_cast<T*>(smem_raw) + kStreamWarps * kMmaStages * nbuf);
+  const int64_t L = a.len, b = pl.b, d = pl.live ? pl.d : 0;
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
   const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
@@ -75,20 +77,28 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) :
     if (ci < end) {
       const int stage = (ci - pl.first_chunk) % kMmaStages;
       if constexpr (kMasked) IssueMmaIds(a, b, ci * kWideChunk - P, nbuf, hist, idbufs + stage * nbuf);
-      IssueWideX<T>(a, xrow, b, d, ci * kWideChunk - P, nbuf, bufs + stage * nbuf);
-    } else
-      CpAsyncCommit();
+      if (pl.live) {
+        IssueWideX<T>(a, xrow, b, d, ci * kWideChunk - P, nbuf, bufs + stage * nbuf);
+        return;
+      }
+    }
+    CpAsyncCommit();
   };
   for (int i = 0; i < kMmaStages - 1; ++i) issue(pl.first_chunk + i);
   for (int64_t ci = pl.first_chunk; ci < end; ++ci) {
     const int64_t c0 = ci * kWideChunk;
     const T* cur = bufs + (ci - pl.first_chunk) % kMmaStages * nbuf;
     const int32_t* ids = idbufs + (ci - pl.first_chunk) % kMmaStages * nbuf;
-    issue(ci + kMmaStages - 1);  // into the buffer of chunk ci - 1, whose readers are done
-    CpAsyncWait<kMmaStages - 1>();
-    __syncwarp();
+    CpAsyncWait<kMmaStages - 2>();  // this chunk's copies (the next chunk's stay in flight)
+    if constexpr (kMasked) {
+      __syncthreads();  // the block's copies of the ids are in; every warp is done with chunk ci - 1
+    } else {
+      __syncwarp();
+    }
+    issue(ci + kMmaStages - 1);  // into the buffers of chunk ci - 1, whose readers are done
 #pragma unroll 1
     for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
+      if (!pl.live) break;
       const int64_t t0 = c0 + kMmaTile * u;
       if (t0 >= L) break;
       float acc[4];
