@@ -56,10 +56,12 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
   int64_t unused;
   const bool rows = VectorRowsFit(a, a.residual, a.y);
-  if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, false, &unused)) > 0) {
-    p.family = ForwardPlan::kStream;
-  } else if (rows && a.width > 16 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
+  // (16-bit x from W = 13, the streaming kernels' bucket of 16 taps, on: the
+  // tensor-core forward measured faster there; docs/performance-log.md)
+  if (rows && a.width > 12 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kMma;
+  } else if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, false, &unused)) > 0) {
+    p.family = ForwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
   } else if (WideClFits(a, a.residual, a.y) && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {

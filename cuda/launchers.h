@@ -11,7 +11,7 @@
 //     whole aligned 16-byte vectors (x may be strided by whole vectors), one
 //     sequence per row or seq_idx, W <= 16;
 //   kMma (forward_mma.cu, mma.cuh): forward only, the same rows of bfloat16
-//     or float16 x, one sequence per row or seq_idx, W > 16, summed on
+//     or float16 x, one sequence per row or seq_idx, W > 12, summed on
 //     tensor cores;
 //   kMmaCl (forward_mma_cl.cu): forward only, kWideCl's problems of 16-bit
 //     x, one sequence per row, summed on tensor cores;

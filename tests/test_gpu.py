@@ -190,12 +190,13 @@ def test_small_wide_family_spans(dtype, W, cl):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("W", [17, 40, 41, 72, 73, 136, 137, 256])
+@pytest.mark.parametrize("W", [13, 16, 17, 40, 41, 72, 73, 136, 137, 256])
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_mma_forward(dtype, W, cl):
     """The tensor-core forwards (forward_mma.cu: channels-first rows of
-    16-bit x; forward_mma_cl.cu: channels-last groups of 8 channels; W > 16,
-    one sequence per row) at the edges of their k-step buckets: weights of
+    16-bit x, W > 12, one sequence per row or seq_idx; forward_mma_cl.cu:
+    channels-last groups of 8 channels, W > 16, one sequence per row; at
+    W <= 16 channels-last takes the row kernels) at the edges of their k-step buckets: weights of
     x's dtype and of float32 (two 16-bit parts), bias, SiLU, residual,
     initial states, a partial last tile and chunk, vmapped weights; against
     the float64 oracle and, with gradients, the CPU kernels."""
