@@ -175,7 +175,9 @@ def cells(platform, widths=None, layouts=None, modes=None, dtypes=None, shapes=N
                 ws = WIDTHS if dt == "bfloat16" else F32_WIDTHS
                 if dt == "bfloat16" and platform == "gpu":
                     ws = tuple(sorted(ws + GPU_EXTRA_WIDTHS))
-            if widths is not None:  # asked for: measured even where the matrix has no such width
+            # widths asked for replace the list of each dtype measured at this
+            # kind of shape (or asked for), even where the matrix lacks the width
+            if widths is not None and (ws or dtypes is not None):
                 ws = list(widths)
             for lay in LAYOUTS:
                 if layouts is not None and lay not in layouts:

@@ -312,7 +312,7 @@ def test_progress_in_a_log_is_plain_lines():
 # ---- end to end on tiny shapes (structure only, no timing assertions) -----------
 
 def test_matrix_runs_end_to_end(tmp_path):
-    cells = mc.cells("cpu", widths=[2], modes=["dense", "states"], layouts=["cl"],
+    cells = mc.cells("cpu", widths=[2], modes=["dense", "states"], layouts=["cl"], dtypes=["bfloat16"],
                      shapes=mc.parse_shapes("1x8x64", "cpu"))
     path = tmp_path / "m.json"
     recs = cm.run("cpu", cells, json_path=str(path), log=lambda s: None)
