@@ -158,6 +158,11 @@ __host__ __device__ __forceinline__ int64_t DivFast(int64_t n, int64_t d) {
 
 // a.batch_per_group() by DivFast, for kernels that find it per thread.
 __device__ __forceinline__ int64_t BatchPerGroupFast(const ConvArgs& a) { return DivFast(a.batch, a.groups); }
+// The row of weight (and bias) that channel d of batch row b uses (vmapped
+// weights: one (dim, W) block per group of batch rows).
+__device__ __forceinline__ int64_t WeightRow(const ConvArgs& a, int64_t b, int64_t d) {
+  return (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
+}
 
 // Ceil division for launch sizes.
 __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

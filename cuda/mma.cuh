@@ -73,7 +73,7 @@ template <typename T, int kNK>
 __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d, int nk, unsigned (&hi)[kNK][2],
                                         unsigned (&lo)[kNK][2]) {
   const int W = int(a.width), lane = threadIdx.x & 31, col = lane >> 2, shift = MmaHalo(W) - (W - 1);
-  const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
+  const int64_t wrow = WeightRow(a, b, d);
   auto tap = [&](int m) {
     const int k = m - col - shift;
     return k >= 0 && k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k) : 0.f;

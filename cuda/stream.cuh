@@ -72,7 +72,7 @@ template <int kW>
 __device__ __forceinline__ float LoadStreamTaps(const ConvArgs& a, int64_t b, int64_t d, int pad,
                                                 float (&w)[kW]) {
   const int W = int(a.width);
-  const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
+  const int64_t wrow = WeightRow(a, b, d);
 #pragma unroll
   for (int k = 0; k < kW; ++k) w[k] = k >= pad ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k - pad) : 0.f;
   return a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;

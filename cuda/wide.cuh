@@ -48,7 +48,7 @@ __host__ __device__ constexpr int WideTapWords(int W, bool backward) { return Ro
 __device__ __forceinline__ float StageWideTaps(const ConvArgs& a, int64_t b, int64_t d, bool backward,
                                                float* taps) {
   const int W = int(a.width), lane = threadIdx.x & 31, rw = RoundUp(W, 8);
-  const int64_t wrow = (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
+  const int64_t wrow = WeightRow(a, b, d);
   for (int k = lane; k < rw; k += 32) {
     taps[k] = k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k) : 0.f;
     if (backward) taps[rw + k] = k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + W - 1 - k) : 0.f;
