@@ -41,12 +41,16 @@ bool WideClFits(const ConvArgs& a, const void* in2, const void* out) {
          a.dim % kWideClCh == 0 && Aligned(a.x, 16) && Aligned(in2, 16) && Aligned(out, 16);
 }
 
-// 16-bit x, weights of any float dtype: the tensor-core forwards (on top of
-// VectorRowsFit: one sequence per row or seq_idx; WideClFits: one sequence
-// per row).
+// bfloat16 x with weights of any float dtype, float16 x with float16
+// weights: the tensor-core forwards (on top of VectorRowsFit: one sequence
+// per row or seq_idx; WideClFits: one sequence per row). Wider weights are
+// split into two parts of x's dtype, which keeps ~16 bits for bfloat16's
+// range but not for float16's (tiny weights turn subnormal, large ones
+// overflow), so float16 x with other weights keeps the FMA kernels.
 bool MmaFits(const ConvArgs& a) {
   const bool mode = a.mode == SegmentMode::kRow || (!a.channels_last && a.mode == SegmentMode::kSeqIdx);
-  return (a.x_dtype == DType::kBF16 || a.x_dtype == DType::kF16) && mode;
+  const bool types = a.x_dtype == DType::kBF16 || (a.x_dtype == DType::kF16 && a.w_dtype == DType::kF16);
+  return types && mode;
 }
 
 }  // namespace

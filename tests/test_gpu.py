@@ -256,6 +256,22 @@ def test_small_mma_forward_keeps_low_weight_bits():
     assert np.max(np.abs(y - want)) <= 2.0 ** -8 * np.max(np.abs(want))
 
 
+def test_small_float16_x_keeps_float32_weights():
+    """float16 x with float32 weights far from float16's normal range (tiny
+    and huge taps): the sums keep the weights' float32 precision (the
+    tensor-core forward would split them into float16 parts, so these calls
+    take the FMA kernels)."""
+    rng = np.random.default_rng(7)
+    B, D, L, W = 1, 8, 1040, 24
+    for scale, xscale in ((3e-6, 1e3), (1e5, 1e-2)):  # (y stays in float16's normal range)
+        x = jnp.asarray(rng.standard_normal((B, D, L)) * xscale, jnp.float16)
+        w = jnp.asarray(rng.standard_normal((D, W)) * scale, jnp.float32)
+        y = run(GPU, lambda x, w: jcc.causal_conv1d(x, w, backend="ffi"), x, w)
+        want = oracle.conv(x, w)[0]
+        err = np.max(np.abs(y - want)) / np.max(np.abs(want))
+        assert err <= 2e-3, (scale, err)
+
+
 @pytest.mark.parametrize("cl", [False, True])
 def test_mma_forward_spans(cl):
     """A row of three warp spans (4096 steps each) through the tensor-core
