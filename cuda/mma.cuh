@@ -68,10 +68,13 @@ constexpr int kMmaStages = 3;
 
 // This lane's B fragments of taps group (b, d) for k-steps kk < nk: the
 // pairs of rows 16 kk + 2 (lane % 4) (+1) and + 8 (+9) of column lane / 4.
-// Returns whether the lo parts are needed (weights not of x's dtype).
+// Returns whether the lo parts are needed (weights not of x's dtype); *exact:
+// whether some tap of the warp's channel is not finite in 16 bits (an Inf or
+// NaN weight, or a float32 one past the 16-bit range), so that the warp must
+// sum exactly (MmaTileExact) instead.
 template <typename T, int kNK>
 __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d, int nk, unsigned (&hi)[kNK][2],
-                                        unsigned (&lo)[kNK][2]) {
+                                        unsigned (&lo)[kNK][2], bool* exact) {
   const int W = int(a.width), lane = threadIdx.x & 31, col = lane >> 2, shift = MmaHalo(W) - (W - 1);
   const int64_t wrow = WeightRow(a, b, d);
   auto tap = [&](int m) {
@@ -79,6 +82,7 @@ __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d,
     return k >= 0 && k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k) : 0.f;
   };
   auto rest = [](float w) { return w - ToF(FromF<T>(w)); };
+  bool bad = false;
 #pragma unroll
   for (int kk = 0; kk < kNK; ++kk) {
 #pragma unroll
@@ -87,9 +91,51 @@ __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d,
       const float w0 = kk < nk ? tap(m) : 0.f, w1 = kk < nk ? tap(m + 1) : 0.f;
       hi[kk][h] = PackPair<T>(w0, w1);
       lo[kk][h] = PackPair<T>(rest(w0), rest(w1));
+      bad = bad || !isfinite(rest(w0)) || !isfinite(rest(w1));
     }
   }
+  *exact = __any_sync(0xffffffffu, bad);
   return a.w_dtype != a.x_dtype;
+}
+
+// Whether any of the n staged 16-bit elements from p (16-byte aligned, n
+// whole 16-byte words) is an Inf or a NaN, warp-wide. The MMA multiplies
+// every staged input by a B entry, zero outside an output's window, and
+// 0 * Inf is NaN: such a chunk is summed exactly instead.
+template <typename T>
+__device__ __forceinline__ bool MmaAnyNonFinite(const T* p, int n) {
+  constexpr unsigned kExp = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;  // exponent bits all ones
+  bool bad = false;
+  for (int v = threadIdx.x & 31; v < n / 8; v += 32) {
+    const uint4 w = reinterpret_cast<const uint4*>(p)[v];
+    const unsigned u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bad = bad || (u[i] & kExp) == kExp || ((u[i] >> 16) & kExp) == kExp;
+  }
+  return __any_sync(0xffffffffu, bad);
+}
+
+// This lane's four outputs of a tile (as MmaTile gives them: staged steps
+// P + MmaLaneFirst (+1) (+64)) summed one float FMA per tap inside each
+// output's window, as the FMA kernels do: a non-finite input or weight
+// reaches only the outputs whose window holds it. tile: the tile's staged
+// steps; kMasked: irow their ids, a tap counts when its id is the output's,
+// live[i] = the output is not padding.
+template <typename T, bool kMasked>
+__device__ __forceinline__ void MmaTileExact(const ConvArgs& a, int64_t wrow, const T* tile, const int32_t* irow,
+                                          bool (&live)[4], float (&acc)[4]) {
+  const int W = int(a.width), P = MmaHalo(W), e0 = P + 8 * ((threadIdx.x & 31) >> 2) + 2 * (threadIdx.x & 3);
+  for (int i = 0; i < 4; ++i) {
+    const int e = e0 + (i & 1) + 64 * (i >> 1);
+    const int32_t id = kMasked ? irow[e] : 0;
+    float s = 0.f;
+    for (int k = 0; k < W; ++k) {
+      const int src = e - (W - 1) + k;
+      if (!kMasked || irow[src] == id) s += LoadAnyF(a.weight, a.w_dtype, wrow * W + k) * ToF(tile[src]);
+    }
+    acc[i] = s;
+    live[i] = !kMasked || id >= 0;
+  }
 }
 
 

@@ -256,6 +256,51 @@ def test_small_mma_forward_keeps_low_weight_bits():
     assert np.max(np.abs(y - want)) <= 2.0 ** -8 * np.max(np.abs(want))
 
 
+@pytest.mark.parametrize("W", [16, 24, 40])
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_mma_nonfinite_stays_in_its_windows(W, cl):
+    """An Inf or NaN input reaches only the outputs whose window holds it (as
+    in the reference), through the tensor-core forwards (whose MMAs would
+    multiply it by the zero taps of other outputs: 0 * Inf = NaN); NaN in
+    padding stays out of live outputs; float32 taps past bfloat16's range."""
+    if cl and W <= 16:
+        pytest.skip("channels-last W <= 16 takes the row kernels")
+    rng = np.random.default_rng(W + cl)
+    B, D, L = 1, 8, 1040
+    xn = rng.standard_normal((B, D, L)).astype(np.float32)
+    xn[0, 1, 100] = np.inf
+    xn[0, 2, 600] = -np.inf
+    xn[0, 3, 515] = np.nan  # (next to a chunk edge)
+    w = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), jnp.bfloat16)
+    t = (lambda a: np.swapaxes(np.asarray(a), 1, 2)) if cl else (lambda a: np.asarray(a))
+    conv = lambda x, w, **k: jcc.causal_conv1d(x, w, channels_last=cl, backend="ffi", **k)
+
+    def same(y, want):
+        y, want = t(y), np.asarray(want)
+        assert np.array_equal(np.isnan(y), np.isnan(want)), np.argwhere(np.isnan(y) != np.isnan(want))[:5]
+        assert np.array_equal(np.isinf(y), np.isinf(want))
+        ok = np.isfinite(want)
+        assert rel_err(np.where(ok, y, 0), np.where(ok, want, 0)) <= 8e-3
+
+    x = jnp.asarray(t(xn), jnp.bfloat16)
+    same(run(GPU, conv, x, w), oracle.conv(t(x), w)[0])
+    big = np.zeros((D, W), np.float32)
+    big[:, -1] = 3.4e38  # rounds to Inf in bfloat16
+    big[:, 0] = 1.0
+    xs = jnp.asarray(t(rng.standard_normal((B, D, L)) * 1e-3), jnp.bfloat16)
+    same(run(GPU, conv, xs, jnp.asarray(big)), oracle.conv(t(xs), big)[0])
+    if not cl:  # NaN in padding between and after two sequences
+        ids = np.zeros((B, L), np.int32)
+        ids[:, 500:] = 1
+        ids[:, 480:500] = -1
+        ids[:, -24:] = -1
+        xp = xn.copy()
+        xp[np.broadcast_to(ids[:, None, :] < 0, xp.shape)] = np.nan
+        xp = jnp.asarray(xp, jnp.bfloat16)
+        same(run(GPU, lambda x, w: conv(x, w, seq_idx=jnp.asarray(ids)), xp, w),
+             oracle.conv(xp, w, seq_idx=ids)[0])
+
+
 def test_small_float16_x_keeps_float32_weights():
     """float16 x with float32 weights far from float16's normal range (tiny
     and huge taps): the sums keep the weights' float32 precision (the
