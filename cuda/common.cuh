@@ -100,6 +100,16 @@ R WithFloatType(DType t, R otherwise, F&& f) {
   }
 }
 
+// The same for the 16-bit types only (the tensor-core kernels).
+template <typename R, typename F>
+R With16BitType(DType t, R otherwise, F&& f) {
+  switch (t) {
+    case DType::kBF16: return f(__nv_bfloat16());
+    case DType::kF16: return f(__half());
+    default: return otherwise;
+  }
+}
+
 // --- the templated families' one width switch (W <= 16) ----------------------
 // The template width of a width: itself up to 8, then 12 or 16 (absent
 // leading taps, zero).

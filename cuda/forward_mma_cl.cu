@@ -132,9 +132,8 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
 }  // namespace
 
 cudaError_t ForwardMmaCl(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  if (a.x_dtype == DType::kBF16) return LaunchT<__nv_bfloat16>(a, p.spans_per_row, stream);
-  if (a.x_dtype == DType::kF16) return LaunchT<__half>(a, p.spans_per_row, stream);
-  return cudaErrorNotSupported;
+  return With16BitType(a.x_dtype, cudaErrorNotSupported,
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p.spans_per_row, stream); });
 }
 
 }  // namespace jcc::cuda
