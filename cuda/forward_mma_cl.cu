@@ -48,7 +48,7 @@ __device__ __forceinline__ void TransposeMmaClRows(const ConvArgs& a, const T* r
     }
 #pragma unroll
     for (int c = 0; c < kWideClCh; ++c)
-      reinterpret_cast<unsigned*>(xc + c * n)[p] = unsigned(Bits(e[0][c])) | (unsigned(Bits(e[1][c])) << 16);
+      reinterpret_cast<unsigned*>(xc + c * n)[p] = PackBits(e[0][c], e[1][c]);
   }
 }
 

@@ -40,10 +40,17 @@ __device__ __forceinline__ void Mma16816(float (&c)[4], const unsigned (&a)[4], 
 __device__ __forceinline__ unsigned short Bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 __device__ __forceinline__ unsigned short Bits(__half v) { return __half_as_ushort(v); }
 
-// Two floats as a pair of T (first in the low half), as a fragment holds them.
+// Two 16-bit elements as one 32-bit word (first in the low half), as a
+// fragment or a staged row holds them.
+template <typename T>
+__device__ __forceinline__ unsigned PackBits(T first, T second) {
+  return unsigned(Bits(first)) | (unsigned(Bits(second)) << 16);
+}
+
+// Two floats as a pair of T.
 template <typename T>
 __device__ __forceinline__ unsigned PackPair(float first, float second) {
-  return unsigned(Bits(FromF<T>(first))) | (unsigned(Bits(FromF<T>(second))) << 16);
+  return PackBits(FromF<T>(first), FromF<T>(second));
 }
 
 // The floats of a pair of T.
@@ -65,6 +72,13 @@ __host__ __device__ __forceinline__ int MmaKSteps(int W) { return (MmaHalo(W) + 
 __host__ __device__ __forceinline__ int MmaBufElems(int W) { return kWideChunk + MmaHalo(W) + 16; }
 // Staging buffers of the raw inputs: two chunks in flight while one is summed.
 constexpr int kMmaStages = 3;
+
+// This lane's ldmatrix row of a tile (its offset in the staged steps): row
+// (lane % 8) + 8 (matrix & 1) of A, columns from 8 (matrix >> 1).
+__device__ __forceinline__ int MmaLaneRow(int lane) { return 8 * ((lane & 7) + 8 * ((lane >> 3) & 1)) + 8 * (lane >> 4); }
+// The tile's outputs this lane receives: C rows lane / 4 (+ 8), columns
+// 2 (lane % 4) (+1), i.e. steps t0 + first (+ 64) (+1).
+__device__ __forceinline__ int MmaLaneFirst(int lane) { return 8 * (lane >> 2) + 2 * (lane & 3); }
 
 // This lane's B fragments of taps group (b, d) for k-steps kk < nk: the
 // pairs of rows 16 kk + 2 (lane % 4) (+1) and + 8 (+9) of column lane / 4.
@@ -124,7 +138,7 @@ __device__ __forceinline__ bool MmaAnyNonFinite(const T* p, int n) {
 template <typename T, bool kMasked>
 __device__ __forceinline__ void MmaTileExact(const ConvArgs& a, int64_t wrow, const T* tile, const int32_t* irow,
                                           bool (&live)[4], float (&acc)[4]) {
-  const int W = int(a.width), P = MmaHalo(W), e0 = P + 8 * ((threadIdx.x & 31) >> 2) + 2 * (threadIdx.x & 3);
+  const int W = int(a.width), e0 = MmaHalo(W) + MmaLaneFirst(threadIdx.x & 31);
   for (int i = 0; i < 4; ++i) {
     const int e = e0 + (i & 1) + 64 * (i >> 1);
     const int32_t id = kMasked ? irow[e] : 0;
@@ -139,12 +153,6 @@ __device__ __forceinline__ void MmaTileExact(const ConvArgs& a, int64_t wrow, co
 }
 
 
-// This lane's ldmatrix row of a tile (its offset in the staged steps): row
-// (lane % 8) + 8 (matrix & 1) of A, columns from 8 (matrix >> 1).
-__device__ __forceinline__ int MmaLaneRow(int lane) { return 8 * ((lane & 7) + 8 * ((lane >> 3) & 1)) + 8 * (lane >> 4); }
-// The tile's outputs this lane receives: C rows lane / 4 (+ 8), columns
-// 2 (lane % 4) (+1), i.e. steps t0 + first (+ 64) (+1).
-__device__ __forceinline__ int MmaLaneFirst(int lane) { return 8 * (lane >> 2) + 2 * (lane & 3); }
 
 // A tile's sums: acc[2h + e] = the output at step t0 + first + 64 h + e,
 // from arow = the staged steps of the tile + MmaLaneRow.
