@@ -35,3 +35,12 @@ def to_np(a):
 
 def custom_calls(hlo_text, name="jax_causal_conv"):
     return hlo_text.count(f"custom_call @{name}") + hlo_text.count(f'custom_call_target="{name}')
+
+
+def swap_layout(a, cl):
+    """With cl, a (B, L, D) array as (B, D, L) or back (the oracle works
+    channels-first), as float64 numpy; without, a as float64 numpy. None stays None."""
+    if a is None:
+        return None
+    a = np.asarray(a, np.float64)
+    return np.swapaxes(a, 1, 2) if cl else a

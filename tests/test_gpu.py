@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import jax_causal_conv as jcc
 
 from gpu_support import CPU, DT, GPU, MARKS, check, rel_err, run
+from helpers import swap_layout
 import oracle
 
 pytestmark = MARKS
@@ -207,7 +208,7 @@ def test_small_mma_forward(dtype, W, cl):
     w32 = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), jnp.float32)
     tol = {"bfloat16": 8e-3, "float16": 1.5e-3}[dtype]  # the output's rounding
     conv = functools.partial(jcc.causal_conv1d, channels_last=cl, backend="ffi")
-    cf = (lambda a: None if a is None else np.swapaxes(np.asarray(a, np.float64), -1, -2)) if cl else (lambda a: a)
+    cf = functools.partial(swap_layout, cl=cl)
 
     def want(x, w, b=None, act=None, r=None, h=None):  # the oracle, channels-first
         y, fin = oracle.conv(cf(x), w, b, act, cf(r), init=cf(h))
@@ -272,7 +273,7 @@ def test_small_mma_nonfinite_stays_in_its_windows(W, cl):
     xn[0, 2, 600] = -np.inf
     xn[0, 3, 515] = np.nan  # (next to a chunk edge)
     w = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), jnp.bfloat16)
-    t = (lambda a: np.swapaxes(np.asarray(a), 1, 2)) if cl else (lambda a: np.asarray(a))
+    t = functools.partial(swap_layout, cl=cl)
     conv = lambda x, w, **k: jcc.causal_conv1d(x, w, channels_last=cl, backend="ffi", **k)
 
     def same(y, want):
@@ -325,7 +326,7 @@ def test_mma_forward_spans(cl):
     x, w, b, init = inputs(rng, 1, 8 if cl else 2, 8200, 33, "bfloat16", cl)
     y = run(GPU, lambda *a: jcc.causal_conv1d(*a[:3], activation="silu", initial_states=a[3],
                                               channels_last=cl, backend="ffi"), x, w, b, init)
-    t = (lambda a: np.swapaxes(np.asarray(a, np.float64), 1, 2)) if cl else (lambda a: a)
+    t = functools.partial(swap_layout, cl=cl)
     assert rel_err(t(y), oracle.conv(t(x), w, b, "silu", init=t(init))[0]) <= 8e-3
 
 
