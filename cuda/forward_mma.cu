@@ -12,10 +12,10 @@
 // parts, hi + lo, each its own B: products then keep ~16 more bits.
 // seq_idx: the ids are staged beside x; a tile whose window holds one live
 // id is summed as above, any other once per distinct id among its outputs
-// with A masked to that id's inputs (padding outputs are 0). A chunk holding
-// an Inf or NaN input (or taps not finite in 16 bits) is summed exactly,
-// tap by tap inside each window (MmaTileExact), so that it reaches only the
-// outputs whose window holds it.
+// with A masked to that id's inputs (padding outputs are 0). A tile with a
+// non-finite sum (an Inf or NaN input, or taps not finite in 16 bits) is
+// summed again exactly, tap by tap inside each window (MmaTileExact), so that
+// such an input reaches only the outputs whose window holds it.
 #include "launchers.h"
 #include "mma.cuh"
 #include "wide_cf.cuh"  // IssueWideX
@@ -47,7 +47,7 @@ __host__ __device__ __forceinline__ int MmaSmemBytes(int W, bool masked, int ele
 }
 
 template <typename T, int kNK, bool kMasked>
-__global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) : (kNK <= 5 ? 5 : 1))
+__global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) : kNK <= 5 ? 5 : kNK <= 9 ? 4 : 3)
     FwdMmaKernel(const ConvArgs a, int64_t spans_per_row) {
   extern __shared__ float4 smem_raw[];
   const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
@@ -66,8 +66,7 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) :
   T* yrow = static_cast<T*>(a.y) + row;
   const bool silu = a.act == Activation::kSilu;
   unsigned bhi[kNK][2], blo[kNK][2];
-  bool exact;  // (taps not finite in 16 bits: every chunk summed exactly)
-  const bool split = MmaTaps<T, kNK>(a, b, d, nk, bhi, blo, &exact);
+  const bool split = MmaTaps<T, kNK>(a, b, d, nk, bhi, blo);
   const int64_t wrow = WeightRow(a, b, d);
   const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
   const int lrow = MmaLaneRow(lane), first = MmaLaneFirst(lane);
@@ -100,7 +99,6 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) :
       __syncwarp();
     }
     issue(ci + kMmaStages - 1);  // into the buffers of chunk ci - 1, whose readers are done
-    const bool exact_chunk = pl.live && (exact || MmaAnyNonFinite<T>(cur, nbuf));
 #pragma unroll 1
     for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
       if (!pl.live) break;
@@ -109,9 +107,7 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) :
       float acc[4];
       bool live[4] = {true, true, true, true};  // (masked: the output is not padding)
       const T* arow = cur + kMmaTile * u + lrow;
-      if (exact_chunk) {
-        MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
-      } else if constexpr (!kMasked) {
+      if constexpr (!kMasked) {
         MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
       } else {
         const int32_t* irow = ids + kMmaTile * u;  // the ids of the tile's staged steps
@@ -138,6 +134,7 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) :
           }
         }
       }
+      if (MmaAnyNonFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t t = t0 + first + 64 * h;

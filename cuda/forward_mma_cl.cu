@@ -69,8 +69,7 @@ __global__ void __launch_bounds__(kWideClThreads, kNK <= 5 ? 3 : 2) FwdMmaClKern
   const T* res = static_cast<const T*>(a.residual);
   const bool silu = a.act == Activation::kSilu;
   unsigned bhi[kNK][2], blo[kNK][2];
-  bool exact;  // (taps not finite in 16 bits: every chunk summed exactly)
-  const bool split = MmaTaps<T, kNK>(a, b, d, nk, bhi, blo, &exact);
+  const bool split = MmaTaps<T, kNK>(a, b, d, nk, bhi, blo);
   const int64_t wrow = WeightRow(a, b, d);
   const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
   const T* mine = xc + warp * sm.n + MmaLaneRow(lane);
@@ -97,16 +96,14 @@ __global__ void __launch_bounds__(kWideClThreads, kNK <= 5 ? 3 : 2) FwdMmaClKern
     TransposeMmaClRows<T>(a, rows(ci), b, g, c0 - P, sm.n, xc);
     __syncthreads();  // the channel rows are in; ys is free again
     const T* row = xc + warp * sm.n;  // this warp's channel row
-    const bool exact_chunk = exact || MmaAnyNonFinite<T>(row, sm.n);
 #pragma unroll 1
     for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
       if (c0 + kMmaTile * u >= L) break;
       float acc[4];
-      if (exact_chunk) {  // (forward_mma.cu says why)
+      MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
+      if (MmaAnyNonFinite(acc)) {  // (mma.cuh says why)
         bool live[4];
         MmaTileExact<T, false>(a, wrow, row + kMmaTile * u, nullptr, live, acc);
-      } else {
-        MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {

@@ -82,13 +82,11 @@ __device__ __forceinline__ int MmaLaneFirst(int lane) { return 8 * (lane >> 2) +
 
 // This lane's B fragments of taps group (b, d) for k-steps kk < nk: the
 // pairs of rows 16 kk + 2 (lane % 4) (+1) and + 8 (+9) of column lane / 4.
-// Returns whether the lo parts are needed (weights not of x's dtype); *exact:
-// whether some tap of the warp's channel is not finite in 16 bits (an Inf or
-// NaN weight, or a float32 one past the 16-bit range), so that the warp must
-// sum exactly (MmaTileExact) instead.
+// Returns whether the lo parts are needed (weights not of x's dtype). (A tap
+// not finite in 16 bits makes the tile sums non-finite: MmaAnyNonFinite.)
 template <typename T, int kNK>
 __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d, int nk, unsigned (&hi)[kNK][2],
-                                        unsigned (&lo)[kNK][2], bool* exact) {
+                                        unsigned (&lo)[kNK][2]) {
   const int W = int(a.width), lane = threadIdx.x & 31, col = lane >> 2, shift = MmaHalo(W) - (W - 1);
   const int64_t wrow = WeightRow(a, b, d);
   auto tap = [&](int m) {
@@ -96,7 +94,6 @@ __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d,
     return k >= 0 && k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k) : 0.f;
   };
   auto rest = [](float w) { return w - ToF(FromF<T>(w)); };
-  bool bad = false;
 #pragma unroll
   for (int kk = 0; kk < kNK; ++kk) {
 #pragma unroll
@@ -105,27 +102,21 @@ __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d,
       const float w0 = kk < nk ? tap(m) : 0.f, w1 = kk < nk ? tap(m + 1) : 0.f;
       hi[kk][h] = PackPair<T>(w0, w1);
       lo[kk][h] = PackPair<T>(rest(w0), rest(w1));
-      bad = bad || !isfinite(rest(w0)) || !isfinite(rest(w1));
     }
   }
-  *exact = __any_sync(0xffffffffu, bad);
   return a.w_dtype != a.x_dtype;
 }
 
-// Whether any of the n staged 16-bit elements from p (16-byte aligned, n
-// whole 16-byte words) is an Inf or a NaN, warp-wide. The MMA multiplies
-// every staged input by a B entry, zero outside an output's window, and
-// 0 * Inf is NaN: such a chunk is summed exactly instead.
-template <typename T>
-__device__ __forceinline__ bool MmaAnyNonFinite(const T* p, int n) {
-  constexpr unsigned kExp = std::is_same_v<T, __half> ? 0x7c00u : 0x7f80u;  // exponent bits all ones
+// Whether any sum of the warp's tile is an Inf or a NaN. The MMA multiplies
+// every staged input of a tile by a B entry, zero outside an output's window,
+// and 0 * Inf is NaN: a non-finite input (or a tap not finite in 16 bits)
+// makes sums of its tile non-finite, outside its windows too, and the sums of
+// a tile are right whenever they are all finite. Such a tile is summed again
+// exactly (MmaTileExact), which keeps a non-finite input inside its windows.
+__device__ __forceinline__ bool MmaAnyNonFinite(const float (&acc)[4]) {
   bool bad = false;
-  for (int v = threadIdx.x & 31; v < n / 8; v += 32) {
-    const uint4 w = reinterpret_cast<const uint4*>(p)[v];
-    const unsigned u[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) bad = bad || (u[i] & kExp) == kExp || ((u[i] >> 16) & kExp) == kExp;
-  }
+  for (int i = 0; i < 4; ++i) bad = bad || (__float_as_uint(acc[i]) & 0x7f800000u) == 0x7f800000u;
   return __any_sync(0xffffffffu, bad);
 }
 

@@ -8,8 +8,8 @@ compute-sanitizer:
 A fault leaves the process's CUDA context unusable, so the cases can be split
 into NPARTS processes (this one runs every NPARTS-th case from PART): one
 faulty kernel then hides only the cases after it in its own part. `wide`
-keeps only the convolutions at W > 16 (both wide families and the tile
-family's wide widths), for the slower racecheck and synccheck.
+keeps only the convolutions at W > 12 (both wide families, the tensor-core
+forwards and the tile family's wide widths), for the slower racecheck and synccheck.
 """
 import inspect
 import sys
@@ -65,6 +65,7 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.float32, (1, 5, 1000), 17, False, "states"),   # wide family, partial chunk
     (jnp.bfloat16, (1, 4, 1048), 256, False, "plain"),  # mma forward + wide backward, widest
     (jnp.float16, (2, 3, 1160), 40, False, "states"),   # mma forward, initial states, partial tile
+    (jnp.bfloat16, (2, 5, 1160), 14, False, "seq"),     # mma forward at W 13..16, masked tiles
     (jnp.bfloat16, (2, 16, 1160), 137, True, "states"), # channels-last mma forward, 2 groups, partial tile
     (jnp.bfloat16, (1, 20, 700), 256, True, "seq"),     # tile, widest, large shared memory
     (jnp.bfloat16, (2, 16, 4616), 40, True, "seq"),     # channels-last wide, masked, 2 spans
@@ -100,6 +101,24 @@ def conv_case(dt, B, D, L, W, cl, mode):
 for dt, (B, D, L), W, cl, mode in CONFIGS:
     case(("conv", dt.__name__, B, D, L, W, cl, mode))(
         lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
+
+
+def nonfinite_case(D, L, W, cl):
+    """The tensor-core forwards' exact fallback: chunks holding an Inf or NaN input."""
+    x = rng.standard_normal((2, D, L)).astype(np.float32)
+    x[0, :, L // 3] = np.inf
+    x[1, :, L // 2] = np.nan
+    x = jnp.asarray(np.swapaxes(x, 1, 2) if cl else x, jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((D, W)) / W, jnp.bfloat16)
+    f = jax.jit(lambda x, w: jcc.causal_conv1d(x, w, channels_last=cl, backend="ffi"))
+    a = np.asarray(f(x, w), np.float32)
+    e = np.asarray(f(*(jax.device_put(v, cpu) for v in (x, w))), np.float32)
+    assert np.array_equal(np.isfinite(a), np.isfinite(e)), ("nonfinite", D, L, W, cl)
+    agree(np.where(np.isfinite(a), a, 0), np.where(np.isfinite(e), e, 0), jnp.bfloat16, ("nonfinite", W, cl))
+
+
+for D, L, W, cl in ((5, 1160, 40, False), (16, 1160, 137, True)):
+    case(("conv", "nonfinite", 2, D, L, W, cl))(lambda c=(D, L, W, cl): nonfinite_case(*c))
 
 # varlen: per-sequence starts and state rows (channels-last rows for W <= 16
 # and dim a whole number of vectors, the tile family otherwise)
@@ -152,7 +171,7 @@ for cl in (False, True) if CL_DECODE else ():
 
 mine = CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
-    mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 16]
+    mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]
 for i, (what, fn) in enumerate(mine):
     try:
         fn()
