@@ -34,10 +34,10 @@ bool ClRowFits(const ConvArgs& a, bool backward, const void* in2, const void* ou
 
 // Channels-last, dense x of whole aligned groups of kWideClCh channels
 // (16- or 32-byte pieces of rows), one sequence per row or seq_idx: the
-// channels-last wide family (W > 16).
+// channels-last wide family (W > 16) and tensor-core forward (W > 12).
 bool WideClFits(const ConvArgs& a, const void* in2, const void* out) {
   const bool mode = a.mode == SegmentMode::kRow || a.mode == SegmentMode::kSeqIdx;
-  return a.channels_last && a.width > 16 && mode && a.x_batch_stride == 0 && a.x_row_stride == 0 &&
+  return a.channels_last && mode && a.x_batch_stride == 0 && a.x_row_stride == 0 &&
          a.dim % kWideClCh == 0 && Aligned(a.x, 16) && Aligned(in2, 16) && Aligned(out, 16);
 }
 
@@ -68,9 +68,9 @@ ForwardPlan PlanForward(const ConvArgs& a) {
     p.family = ForwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
-  } else if (WideClFits(a, a.residual, a.y) && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
-    p.family = ForwardPlan::kMmaCl;
-  } else if (WideClFits(a, a.residual, a.y) && (p.spans_per_row = WideSpans(a)) > 0) {
+  } else if (WideClFits(a, a.residual, a.y) && a.width > 12 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
+    p.family = ForwardPlan::kMmaCl;  // (from W = 13 as channels-first)
+  } else if (WideClFits(a, a.residual, a.y) && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWideCl;
   } else if (ClRowFits(a, false, a.residual, a.y) &&
              (p.nchunk = ClRowChunks(a, false)) > 0) {
@@ -89,7 +89,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
     p.family = BackwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
-  } else if (WideClFits(a, a.dy, a.dx) && (p.nchunk = WideSpans(a)) > 0) {
+  } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWideCl;
   } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true)) > 0) {
     p.family = BackwardPlan::kClRow;

@@ -196,8 +196,8 @@ def test_small_wide_family_spans(dtype, W, cl):
 def test_small_mma_forward(dtype, W, cl):
     """The tensor-core forwards (forward_mma.cu: channels-first rows of
     16-bit x, W > 12, one sequence per row or seq_idx; forward_mma_cl.cu:
-    channels-last groups of 8 channels, W > 16, one sequence per row; at
-    W <= 16 channels-last takes the row kernels) at the edges of their k-step buckets: weights of
+    channels-last groups of 8 channels, W > 12, one sequence per row) at
+    the edges of their k-step buckets: weights of
     x's dtype and of float32 (two 16-bit parts), bias, SiLU, residual,
     initial states, a partial last tile and chunk, vmapped weights; against
     the float64 oracle and, with gradients, the CPU kernels."""
@@ -257,15 +257,13 @@ def test_small_mma_forward_keeps_low_weight_bits():
     assert np.max(np.abs(y - want)) <= 2.0 ** -8 * np.max(np.abs(want))
 
 
-@pytest.mark.parametrize("W", [16, 24, 40])
+@pytest.mark.parametrize("W", [13, 16, 24, 40])
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_mma_nonfinite_stays_in_its_windows(W, cl):
     """An Inf or NaN input reaches only the outputs whose window holds it (as
     in the reference), through the tensor-core forwards (whose MMAs would
     multiply it by the zero taps of other outputs: 0 * Inf = NaN); NaN in
     padding stays out of live outputs; float32 taps past bfloat16's range."""
-    if cl and W <= 16:
-        pytest.skip("channels-last W <= 16 takes the row kernels")
     rng = np.random.default_rng(W + cl)
     B, D, L = 1, 8, 1040
     xn = rng.standard_normal((B, D, L)).astype(np.float32)

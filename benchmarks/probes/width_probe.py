@@ -2,7 +2,11 @@
 layouts and modes: device time per call (profiler) of the forward and of a
 training step that keeps y (y and the vjp in one program).
 
-    python -m benchmarks.probes.width_probe [B D L] [--widths 4,8,16]
+    python -m benchmarks.probes.width_probe [B D L] [--widths 4,8,16] [--fwd-only]
+
+Modes: dense; seq (8 segments, the last 5% padding, as the matrix); seq1 (one
+id over the whole row: the cost of the seq_idx machinery alone); seq64 (64
+segments, the last 5% padding).
 """
 import argparse
 
@@ -22,13 +26,19 @@ def main():
     p.add_argument("--layouts", default="cf,cl")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--xla", action="store_true", help="also time the XLA shifted sum")
+    p.add_argument("--fwd-only", action="store_true", help="no training step")
     a = p.parse_args()
     B, D, L = a.shape
     dt = jnp.dtype(a.dtype)
     rng = np.random.default_rng(0)
-    ids = np.repeat(np.arange(8), -(-L // 8))[:L]
-    ids[-max(1, L // 20):] = -1
-    sidx = jnp.asarray(np.tile(ids, (B, 1)), jnp.int32)
+
+    def segments(n, pad):
+        ids = np.repeat(np.arange(n), -(-L // n))[:L]
+        if pad:
+            ids[-max(1, L // 20):] = -1
+        return jnp.asarray(np.tile(ids, (B, 1)), jnp.int32)
+
+    sidx = {"dense": None, "seq": segments(8, True), "seq1": segments(1, False), "seq64": segments(64, True)}
     copy_us = None
     print(f"# {jax.devices()[0].device_kind}, jax {jax.__version__}, ({B},{D},{L}) {dt.name}")
     for lay in a.layouts.split(","):
@@ -42,7 +52,7 @@ def main():
             w = jnp.asarray(rng.standard_normal((D, W)) / W, dt)
             b = jnp.asarray(rng.standard_normal((D,)), dt)
             for mode in a.modes.split(","):
-                s = sidx if mode == "seq" else None
+                s = sidx[mode]
                 impls = [("ours", dict(backend="ffi"))] + ([("xla", dict(backend="xla"))] if a.xla else [])
                 row = []
                 for name, kw in impls:
@@ -54,9 +64,10 @@ def main():
                         return y, vjp(g)
 
                     tf = device_busy_us(jax.jit(fwd), x, w, b)
-                    ts = device_busy_us(jax.jit(step), x, w, b, g)
-                    row.append(f"{name} fwd {tf:8.1f} us ({copy_us / tf:5.1%} of copy)  step {ts:8.1f} us "
-                               f"(floor 2.5 copies: {2.5 * copy_us / ts:5.1%})")
+                    row.append(f"{name} fwd {tf:8.1f} us ({copy_us / tf:5.1%} of copy)")
+                    if not a.fwd_only:
+                        ts = device_busy_us(jax.jit(step), x, w, b, g)
+                        row[-1] += f"  step {ts:8.1f} us (floor 2.5 copies: {2.5 * copy_us / ts:5.1%})"
                 print(f"{lay} W={W:3d} {mode:5s} | " + " | ".join(row), flush=True)
 
 
