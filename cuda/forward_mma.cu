@@ -47,7 +47,7 @@ __host__ __device__ __forceinline__ int MmaSmemBytes(int W, bool masked, int ele
 }
 
 template <typename T, int kNK, bool kMasked>
-__global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) : kNK <= 5 ? 5 : kNK <= 9 ? 4 : 3)
+__global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : kNK <= 9 ? 4 : 3)
     FwdMmaKernel(const ConvArgs a, int64_t spans_per_row) {
   extern __shared__ float4 smem_raw[];
   const StreamPlace pl = LocateStream(a, spans_per_row, kWideSpan);
@@ -111,13 +111,11 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) :
         MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
       } else {
         const int32_t* irow = ids + kMmaTile * u;  // the ids of the tile's staged steps
-        const int e = P + first;                    // this lane's outputs: irow[e (+1) (+64)]
-        const int32_t oid[4] = {irow[e], irow[e + 1], irow[e + 64], irow[e + 65]};
-        bool one = irow[P - (W - 1)] >= 0;  // the window (staged steps P - H .. P + 127): one live id?
-        for (int i = P - (W - 1) + lane; i < P + kMmaTile; i += 32) one = one && irow[i] == irow[P - (W - 1)];
-        if (__all_sync(0xffffffffu, one)) {
+        if (MmaTileOneId(irow, P)) {
           MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
         } else {  // once per distinct id among the outputs, the lowest lane's first pending one
+          const int e = P + first;  // this lane's outputs: irow[e (+1) (+64)]
+          const int32_t oid[4] = {irow[e], irow[e + 1], irow[e + 64], irow[e + 65]};
           bool done[4];
 #pragma unroll
           for (int i = 0; i < 4; ++i) live[i] = oid[i] >= 0, done[i] = !live[i], acc[i] = 0.f;
@@ -134,7 +132,7 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? (kMasked ? 5 : 6) :
           }
         }
       }
-      if (MmaAnyNonFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
+      if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t t = t0 + first + 64 * h;

@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kWideClThreads, kNK <= 5 ? 3 : 2) FwdMmaClKern
       if (c0 + kMmaTile * u >= L) break;
       float acc[4];
       MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
-      if (MmaAnyNonFinite(acc)) {  // (mma.cuh says why)
+      if (!MmaSumsFinite(acc)) {  // (mma.cuh says why)
         bool live[4];
         MmaTileExact<T, false>(a, wrow, row + kMmaTile * u, nullptr, live, acc);
       }

@@ -107,17 +107,30 @@ __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d,
   return a.w_dtype != a.x_dtype;
 }
 
-// Whether any sum of the warp's tile is an Inf or a NaN. The MMA multiplies
+// Whether this lane's four sums of a tile are finite. The MMA multiplies
 // every staged input of a tile by a B entry, zero outside an output's window,
 // and 0 * Inf is NaN: a non-finite input (or a tap not finite in 16 bits)
-// makes sums of its tile non-finite, outside its windows too, and the sums of
-// a tile are right whenever they are all finite. Such a tile is summed again
-// exactly (MmaTileExact), which keeps a non-finite input inside its windows.
-__device__ __forceinline__ bool MmaAnyNonFinite(const float (&acc)[4]) {
-  bool bad = false;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) bad = bad || (__float_as_uint(acc[i]) & 0x7f800000u) == 0x7f800000u;
-  return __any_sync(0xffffffffu, bad);
+// makes sums of its tile non-finite, outside its windows too, while a finite
+// sum is right. A lane with a non-finite sum sums its outputs again exactly
+// (MmaTileExact), which keeps such an input inside its windows. (One sum of
+// the four: a non-finite one makes it non-finite; an overflow of finite ones
+// only costs the exact sums.)
+__device__ __forceinline__ bool MmaSumsFinite(const float (&acc)[4]) {
+  return fabsf((acc[0] + acc[1]) + (acc[2] + acc[3])) < INFINITY;
+}
+
+// seq_idx: whether the window of a tile holds one live id, warp-wide:
+// irow = the ids of the tile's staged steps (16-byte aligned), checked over
+// steps 0 .. P + 127 (the window P - H .. P + 127 and up to 7 steps before
+// it, so that the check reads whole 16-byte words).
+__device__ __forceinline__ bool MmaTileOneId(const int32_t* irow, int P) {
+  const int32_t ref = irow[P + kMmaTile - 1];
+  bool one = ref >= 0;
+  for (int q = threadIdx.x & 31; q < (P + kMmaTile) / 4; q += 32) {
+    const int4 v = reinterpret_cast<const int4*>(irow)[q];
+    one = one && v.x == ref && v.y == ref && v.z == ref && v.w == ref;
+  }
+  return __all_sync(0xffffffffu, one);
 }
 
 // This lane's four outputs of a tile (as MmaTile gives them: staged steps
