@@ -1,10 +1,12 @@
 // The channels-last tensor-core forward: channels-last dense bfloat16 or
-// float16 x of whole aligned groups of kWideClCh channels, one sequence per
-// row, W > 12. Staged like the channels-last wide family (wide_cl.cuh: a
-// block of kWideClCh warps takes a group's rows over a span, outputs leave
-// as whole rows through the column buffer ys), but the rows are transposed
-// into one 16-bit row per channel, which each warp sums on tensor cores as
-// forward_mma.cu does (mma.cuh).
+// float16 x of whole aligned groups of kCh channels, one sequence per row,
+// W > 12. Staged like the channels-last wide family (wide_cl.cuh: a block of
+// kCh warps takes a group's rows over a span, outputs leave as whole rows
+// through the column buffer ys), but the rows are transposed into one
+// 16-bit row per channel, which each warp sums on tensor cores as
+// forward_mma.cu does (mma.cuh). Groups of 16 channels (32-byte row pieces:
+// whole DRAM sectors) where the channels and the shared memory allow
+// (W <= 40), else of kWideClCh = 8 (16-byte pieces).
 #include "launchers.h"
 #include "mma.cuh"
 #include "wide_cl.cuh"
@@ -14,56 +16,63 @@ namespace {
 
 // A block's shared memory in bytes: the raw rows (rx, kMmaStages chunks of
 // them), each warp's channel row (xc, 16-bit), the output columns (ys).
+template <int kCh>
 struct MmaClSmem {
   int n, rx, xc, ys, bytes;
   __host__ __device__ MmaClSmem(int W, int elem_bytes) {
     n = MmaBufElems(W);
     rx = 0;
-    xc = rx + kMmaStages * n * kWideClCh * elem_bytes;
-    ys = xc + kWideClCh * n * elem_bytes;
-    bytes = ys + kWideClCh * kWideClCol * 4;
+    xc = rx + kMmaStages * n * kCh * elem_bytes;
+    ys = xc + kCh * n * elem_bytes;
+    bytes = ys + kCh * kWideClCol * 4;
   }
 };
 
 // Raw rows i < n (steps o + i; pairs of them per thread) into the channel
-// rows xc + c * n as pairs; before step 0 the initial states (or zeros).
-template <typename T>
+// rows xc + c * n as pairs, a 16-byte word of each row at a time; before
+// step 0 the initial states (or zeros).
+template <typename T, int kCh>
 __device__ __forceinline__ void TransposeMmaClRows(const ConvArgs& a, const T* raw, int64_t b, int64_t g, int64_t o,
                                                    int n, T* xc) {
-  static_assert(kWideClCh * sizeof(T) == 16, "a row of the group is one 16-byte word");
-  for (int p = threadIdx.x; p < n / 2; p += kWideClThreads) {
+  constexpr int N = 16 / int(sizeof(T)), kWords = kCh / N;  // elements per 16-byte word, words per row
+  static_assert(kWords * N == kCh, "a row of the group is whole 16-byte words");
+  for (int p = threadIdx.x; p < n / 2; p += 32 * kCh) {
     const int64_t t = o + 2 * p;
-    T e[2][kWideClCh];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (t + r >= 0) {
-        *reinterpret_cast<uint4*>(e[r]) = reinterpret_cast<const uint4*>(raw)[2 * p + r];
-      } else {
-        const int64_t j = t + r + a.width - 1;  // the state's slot
+    for (int v = 0; v < kWords; ++v) {
+      T e[2][N];
 #pragma unroll
-        for (int c = 0; c < kWideClCh; ++c)
-          e[r][c] = FromF<T>(a.initial_states && j >= 0 ? LoadState<T>(a, a.initial_states, b, g * kWideClCh + c, j)
-                                                         : 0.f);
+      for (int r = 0; r < 2; ++r) {
+        if (t + r >= 0) {
+          *reinterpret_cast<uint4*>(e[r]) = reinterpret_cast<const uint4*>(raw)[(2 * p + r) * kWords + v];
+        } else {
+          const int64_t j = t + r + a.width - 1;  // the state's slot
+#pragma unroll
+          for (int c = 0; c < N; ++c)
+            e[r][c] = FromF<T>(a.initial_states && j >= 0
+                                   ? LoadState<T>(a, a.initial_states, b, g * kCh + v * N + c, j) : 0.f);
+        }
       }
-    }
 #pragma unroll
-    for (int c = 0; c < kWideClCh; ++c)
-      reinterpret_cast<unsigned*>(xc + c * n)[p] = PackBits(e[0][c], e[1][c]);
+      for (int c = 0; c < N; ++c)
+        reinterpret_cast<unsigned*>(xc + (v * N + c) * n)[p] = PackBits(e[0][c], e[1][c]);
+    }
   }
 }
 
-template <typename T, int kNK>
-__global__ void __launch_bounds__(kWideClThreads, kNK <= 5 ? 3 : 2) FwdMmaClKernel(const ConvArgs a, int64_t spans_per_row) {
+template <typename T, int kNK, int kCh>
+__global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
+    FwdMmaClKernel(const ConvArgs a, int64_t spans_per_row) {
   extern __shared__ float4 smem_raw[];
-  const WideClPlace pl = LocateWideCl(a, spans_per_row);
+  const WideClPlace pl = LocateWideCl<kCh>(a, spans_per_row);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int W = int(a.width), P = MmaHalo(W), nk = MmaKSteps(W);
-  const MmaClSmem sm(W, int(sizeof(T)));
+  const MmaClSmem<kCh> sm(W, int(sizeof(T)));
   char* block = reinterpret_cast<char*>(smem_raw);
   T* rx = reinterpret_cast<T*>(block + sm.rx);
   T* xc = reinterpret_cast<T*>(block + sm.xc);
   float* ys = reinterpret_cast<float*>(block + sm.ys);
-  const int64_t L = a.len, b = pl.b, g = pl.g, d = g * kWideClCh + warp;
+  const int64_t L = a.len, b = pl.b, g = pl.g, d = g * kCh + warp;
   const T* x = static_cast<const T*>(a.x);
   T* y = static_cast<T*>(a.y);
   const T* res = static_cast<const T*>(a.residual);
@@ -79,10 +88,10 @@ __global__ void __launch_bounds__(kWideClThreads, kNK <= 5 ? 3 : 2) FwdMmaClKern
   const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
   // chunk first + i's rows in rx buffer i % kMmaStages, a copy group per
   // chunk (empty past the span) as in forward_mma.cu
-  auto rows = [&](int64_t ci) { return rx + (ci - pl.first_chunk) % kMmaStages * sm.n * kWideClCh; };
+  auto rows = [&](int64_t ci) { return rx + (ci - pl.first_chunk) % kMmaStages * sm.n * kCh; };
   auto issue = [&](int64_t ci) {
     if (ci < end)
-      IssueWideClRows<T>(a, x, b, g, ci * kWideChunk - P, sm.n, rows(ci));
+      IssueWideClRows<T, kCh>(a, x, b, g, ci * kWideChunk - P, sm.n, rows(ci));
     else
       CpAsyncCommit();
   };
@@ -92,8 +101,8 @@ __global__ void __launch_bounds__(kWideClThreads, kNK <= 5 ? 3 : 2) FwdMmaClKern
     issue(ci + kMmaStages - 1);  // into chunk ci - 1's buffer, transposed before the last barrier
     CpAsyncWait<kMmaStages - 1>();
     __syncthreads();  // the chunk's rows are in; the previous chunk's outputs are in ys
-    if (ci > pl.first_chunk) StoreWideClRows<T>(a, y, res, b, g, c0 - kWideChunk, ys);
-    TransposeMmaClRows<T>(a, rows(ci), b, g, c0 - P, sm.n, xc);
+    if (ci > pl.first_chunk) StoreWideClRows<T, kCh, 8>(a, y, res, b, g, c0 - kWideChunk, ys);
+    TransposeMmaClRows<T, kCh>(a, rows(ci), b, g, c0 - P, sm.n, xc);
     __syncthreads();  // the channel rows are in; ys is free again
     const T* row = xc + warp * sm.n;  // this warp's channel row
 #pragma unroll 1
@@ -114,15 +123,24 @@ __global__ void __launch_bounds__(kWideClThreads, kNK <= 5 ? 3 : 2) FwdMmaClKern
     }
   }
   __syncthreads();
-  StoreWideClRows<T>(a, y, res, b, g, (end - 1) * kWideChunk, ys);
+  StoreWideClRows<T, kCh, 8>(a, y, res, b, g, (end - 1) * kWideChunk, ys);
 }
 
+// Groups of 16 channels where they divide dim and two blocks of them fit an
+// SM's shared memory and registers (W <= 40), else groups of kWideClCh.
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
-  const size_t smem = size_t(MmaClSmem(int(a.width), int(sizeof(T))).bytes);
-  return WithKSteps(int(a.width), [&](auto nk) {
-    return LaunchWithSmem(FwdMmaClKernel<T, decltype(nk)::value>, WideClBlocks(a, spans_per_row), kWideClThreads,
-                          smem, stream, a, spans_per_row);
+  const int W = int(a.width);
+  return WithKSteps(W, [&](auto nk) {
+    constexpr int kNK = decltype(nk)::value;
+    if constexpr (kNK <= 3) {
+      if (a.dim % 16 == 0)
+        return LaunchWithSmem(FwdMmaClKernel<T, kNK, 16>, WideClBlocks<16>(a, spans_per_row), 32 * 16,
+                              size_t(MmaClSmem<16>(W, int(sizeof(T))).bytes), stream, a, spans_per_row);
+    }
+    return LaunchWithSmem(FwdMmaClKernel<T, kNK, kWideClCh>, WideClBlocks(a, spans_per_row), kWideClThreads,
+                          size_t(MmaClSmem<kWideClCh>(W, int(sizeof(T))).bytes), stream, a,
+                          spans_per_row);
   });
 }
 

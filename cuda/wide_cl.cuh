@@ -65,25 +65,30 @@ struct WideClPlace {
   int64_t b, g, first_chunk;
 };
 
+// (kCh: channels per group, kWideClCh but for the channels-last tensor-core
+// forward's wider groups)
+template <int kCh = kWideClCh>
 __device__ __forceinline__ WideClPlace LocateWideCl(const ConvArgs& a, int64_t spans_per_row) {
-  const int64_t groups = a.dim / kWideClCh, blk = blockIdx.x;
+  const int64_t groups = a.dim / kCh, blk = blockIdx.x;
   const int64_t rest = blk / groups, b = rest / spans_per_row;
   return {b, blk - rest * groups, (rest - b * spans_per_row) * kWideSpan};
 }
 
+template <int kCh = kWideClCh>
 __host__ __device__ __forceinline__ int64_t WideClBlocks(const ConvArgs& a, int64_t spans_per_row) {
-  return a.batch * (a.dim / kWideClCh) * spans_per_row;
+  return a.batch * (a.dim / kCh) * spans_per_row;
 }
 
 // Starts the copies of the group's rows of steps o .. o + n of src (a
-// channels-last tensor like y) into raw[i * kWideClCh ..]; zeros past the
-// row's end; steps before 0 are left to ConvertWideClRows.
-template <typename T>
+// channels-last tensor like y) into raw[i * kCh ..]; zeros past the row's
+// end; steps before 0 are left to ConvertWideClRows. (A block of kCh warps;
+// consecutive threads copy the consecutive 16-byte pieces of a row.)
+template <typename T, int kCh = kWideClCh>
 __device__ __forceinline__ void IssueWideClRows(const ConvArgs& a, const T* src, int64_t b, int64_t g, int64_t o,
                                                 int n, T* raw) {
-  constexpr int N = 16 / int(sizeof(T)), P = kWideClCh / N;  // elements, pieces per row
-  const T* row0 = src + a.io_layout().At(b, g * kWideClCh, 0);
-  for (int q = threadIdx.x; q < n * P; q += kWideClThreads) {
+  constexpr int N = 16 / int(sizeof(T)), P = kCh / N;  // elements, pieces per row
+  const T* row0 = src + a.io_layout().At(b, g * kCh, 0);
+  for (int q = threadIdx.x; q < n * P; q += 32 * kCh) {
     const int i = q / P, piece = q - i * P;
     const int64_t t = o + i;
     if (t >= 0) CpAsync<16>(raw + q * N, t < a.len ? row0 + t * a.dim + piece * N : row0, t < a.len);
@@ -168,22 +173,26 @@ __device__ __forceinline__ void PutWideClRun(float* ys, const float (&v)[kWideR]
 
 // The chunk's rows (steps c0 + s, up to the row's end) to dst as whole rows
 // of the group's channels, plus the residual's when res.
-template <typename T>
+// (A block of kCh warps, a thread per kPiece channels of a row: consecutive
+// threads store a row's consecutive pieces.)
+template <typename T, int kCh = kWideClCh, int kPiece = kCh>
 __device__ __forceinline__ void StoreWideClRows(const ConvArgs& a, T* dst, const T* res, int64_t b, int64_t g,
                                                 int64_t c0, const float* ys) {
+  constexpr int P = kCh / kPiece;  // pieces per row
   const Layout3 io = a.io_layout();
-  for (int s = threadIdx.x; s < kWideChunk; s += kWideClThreads) {
+  for (int q = threadIdx.x; q < kWideChunk * P; q += 32 * kCh) {
+    const int s = q / P, c1 = (q - s * P) * kPiece;  // the row, its piece's first channel
     if (c0 + s >= a.len) break;
-    const int64_t o = io.At(b, g * kWideClCh, c0 + s);
-    float v[kWideClCh], r[kWideClCh];
+    const int64_t o = io.At(b, g * kCh + c1, c0 + s);
+    float v[kPiece], r[kPiece];
 #pragma unroll
-    for (int c = 0; c < kWideClCh; ++c) v[c] = ys[c * kWideClCol + WideClOut(s)];
+    for (int c = 0; c < kPiece; ++c) v[c] = ys[(c1 + c) * kWideClCol + WideClOut(s)];
     if (res) {
-      LoadVec<T, kWideClCh>(res + o, r);
+      LoadVec<T, kPiece>(res + o, r);
 #pragma unroll
-      for (int c = 0; c < kWideClCh; ++c) v[c] += r[c];
+      for (int c = 0; c < kPiece; ++c) v[c] += r[c];
     }
-    StoreVec<T, kWideClCh>(dst + o, v);
+    StoreVec<T, kPiece>(dst + o, v);
   }
 }
 

@@ -196,13 +196,15 @@ def test_small_wide_family_spans(dtype, W, cl):
 def test_small_mma_forward(dtype, W, cl):
     """The tensor-core forwards (forward_mma.cu: channels-first rows of
     16-bit x, W > 12, one sequence per row or seq_idx; forward_mma_cl.cu:
-    channels-last groups of 8 channels, W > 12, one sequence per row) at
-    the edges of their k-step buckets: weights of
+    channels-last groups of 16 or 8 channels, W > 12, one sequence per row)
+    at the edges of their k-step buckets: weights of
     x's dtype and of float32 (two 16-bit parts), bias, SiLU, residual,
     initial states, a partial last tile and chunk, vmapped weights; against
     the float64 oracle and, with gradients, the CPU kernels."""
     rng = np.random.default_rng(W + cl)
-    B, D, L = 2, 16 if cl else 3, 1160  # two chunks of 512 steps and a partial tile
+    # two chunks of 512 steps and a partial tile; channels-last: groups of 16
+    # channels (odd W <= 40) or of 8
+    B, D, L = 2, (16 if W % 2 else 24) if cl else 3, 1160
     x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
     res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
     w32 = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), jnp.float32)
@@ -265,7 +267,7 @@ def test_small_mma_nonfinite_stays_in_its_windows(W, cl):
     multiply it by the zero taps of other outputs: 0 * Inf = NaN); NaN in
     padding stays out of live outputs; float32 taps past bfloat16's range."""
     rng = np.random.default_rng(W + cl)
-    B, D, L = 1, 8, 1040
+    B, D, L = 1, 16, 1040
     xn = rng.standard_normal((B, D, L)).astype(np.float32)
     xn[0, 1, 100] = np.inf
     xn[0, 2, 600] = -np.inf
