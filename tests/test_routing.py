@@ -1,6 +1,7 @@
-"""backend="auto" on a GPU takes XLA's shifted sum in the cells where our
-kernel measured slower (routing.py); "ffi" still insists on the kernel, and
-every other platform takes the kernel."""
+"""backend="auto" takes XLA's shifted sum in the cells where our kernel
+measured slower (routing.py: on a GPU; on the CPU the channels-last forward
+at W <= 2 without states); "ffi" still insists on the kernel, and every other
+cell takes the kernel."""
 
 import jax
 import jax.numpy as jnp
@@ -10,7 +11,7 @@ import pytest
 import jax_causal_conv as jcc
 from jax_causal_conv._lowering import targets
 from jax_causal_conv._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
-from jax_causal_conv._lowering.routing import gpu_kernel_wins
+from jax_causal_conv._lowering.routing import cpu_forward_wins, gpu_kernel_wins
 
 from gpu_support import GPU, MARKS
 
@@ -44,8 +45,55 @@ def _kernel_calls(f, *args):
     return txt.count(targets.FORWARD)
 
 
+def test_the_cpu_table():
+    def c(mode, cl, final=False):
+        return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
+                          want_final=final, backend="auto")
+    assert [cpu_forward_wins(c(ROWS, True), W, False) for W in (1, 2, 3, 4, 64)] == \
+        [False, False, True, True, True]
+    assert [cpu_forward_wins(c(SEQ_IDX, True), W, False) for W in (1, 2, 3)] == [False, False, True]
+    # states, varlen, channels-first: the kernel
+    assert cpu_forward_wins(c(ROWS, True), 2, True) and cpu_forward_wins(c(ROWS, True, True), 2, False)
+    assert cpu_forward_wins(c(VARLEN, True), 2, False)
+    assert all(cpu_forward_wins(c(m, False), W, False) for m in (ROWS, SEQ_IDX) for W in (1, 2))
+
+
+def _calls(f, *args):
+    txt = jax.jit(f).lower(*args).compile().as_text()
+    return txt.count(targets.FORWARD), txt.count(targets.BACKWARD)
+
+
+@pytest.mark.parametrize("W", [2, 3])
+def test_cpu_channels_last_short_forward_takes_xla(W):
+    cpu = jax.devices("cpu")[0]
+    rng = np.random.default_rng(0)
+    x = jax.device_put(jnp.asarray(rng.standard_normal((2, 40, 16)), jnp.float32), cpu)
+    w = jax.device_put(jnp.asarray(rng.standard_normal((16, W)), jnp.float32), cpu)
+    s = jax.device_put(jnp.asarray(np.repeat([[0, 1, -1, 2]], 10, axis=1).repeat(2, 0), jnp.int32), cpu)
+
+    def conv(backend, seq=None, init=None):
+        return lambda x, w: jcc.causal_conv1d(x, w, activation="silu", seq_idx=seq, initial_states=init,
+                                              channels_last=True, backend=backend)
+    routed = W <= 2
+    assert _calls(conv("auto"), x, w) == (0 if routed else 1, 0)
+    assert _calls(conv("auto", s), x, w) == (0 if routed else 1, 0)
+    assert _calls(conv("ffi"), x, w) == (1, 0)
+    init = jnp.ones((2, W - 1, 16), jnp.float32)  # (channels-last states by default here)
+    assert _calls(conv("auto", init=init), x, w) == (1, 0)  # states: the kernel
+    # a training step: the forward as routed, the backward on the kernel
+    step = lambda x, w: jax.value_and_grad(lambda x, w: jnp.sum(conv("auto", s)(x, w) ** 2), (0, 1))(x, w)  # noqa: E731
+    assert _calls(step, x, w) == (0 if routed else 1, 1)
+    # the same values either way
+    np.testing.assert_allclose(conv("auto", s)(x, w), conv("ffi", s)(x, w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(conv("auto")(x, w), conv("ffi")(x, w), rtol=1e-5, atol=1e-5)
+    ga = jax.grad(lambda x, w: jnp.sum(conv("auto", s)(x, w) ** 2), (0, 1))(x, w)
+    gf = jax.grad(lambda x, w: jnp.sum(conv("ffi", s)(x, w) ** 2), (0, 1))(x, w)
+    for a, b in zip(ga, gf):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("cl", [False, True])
-def test_cpu_always_takes_the_kernel(cl):
+def test_cpu_takes_the_kernel_past_w2(cl):
     cpu = jax.devices("cpu")[0]
     x = jax.device_put(jnp.ones((1, 8, 16) if not cl else (1, 16, 8), jnp.float32), cpu)
     w = jax.device_put(jnp.ones((8, 4), jnp.float32), cpu)

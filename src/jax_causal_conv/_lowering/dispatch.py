@@ -35,10 +35,10 @@ def to_varying(tree, axes):
     return jax.tree.map(cast, tree) if axes else tree
 
 
-def dispatch(backend, ffi_fn, xla_fn, dtype, *args, gpu_kernel=True):
+def dispatch(backend, ffi_fn, xla_fn, dtype, *args, gpu_kernel=True, cpu_kernel=True):
     """The FFI kernel where one exists for the platform, else the XLA twin;
-    ``gpu_kernel=False``: the twin on a GPU too unless the backend is "ffi"
-    (routing.py says where).
+    ``gpu_kernel=False`` / ``cpu_kernel=False``: the twin on a GPU / the CPU
+    too unless the backend is "ffi" (routing.py says where).
 
     Under shard_map, ffi_call types its results from the ShapeDtypeStructs, as
     device-invariant; they are cast to vary over the inputs' mesh axes (as the
@@ -50,5 +50,6 @@ def dispatch(backend, ffi_fn, xla_fn, dtype, *args, gpu_kernel=True):
     if backend == "ffi":
         return ffi_fn(*args)
     kernels = {p: ffi_fn for p in targets.PLATFORMS
-               if not (p == "cuda" and (dtype == jnp.float64 or not gpu_kernel))}
+               if not (p == "cuda" and (dtype == jnp.float64 or not gpu_kernel))
+               and not (p == "cpu" and not cpu_kernel)}
     return lax.platform_dependent(*args, default=xla_fn, **kernels)

@@ -7,7 +7,7 @@ import functools
 
 from . import ffi_calls, xla_twins
 from .dispatch import dispatch
-from .routing import gpu_kernel_wins
+from .routing import cpu_forward_wins, gpu_kernel_wins
 
 
 def forward(cfg, x, w, b, res, seq_idx, cu, init):
@@ -15,7 +15,8 @@ def forward(cfg, x, w, b, res, seq_idx, cu, init):
                     functools.partial(xla_twins.forward, cfg), x.dtype,
                     x, w, b, res, seq_idx, cu, init,
                     gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1], x.shape[-2 if cfg.channels_last else -1],
-                                               x.dtype.itemsize))
+                                               x.dtype.itemsize),
+                    cpu_kernel=cpu_forward_wins(cfg, w.shape[-1], init is not None))
 
 
 def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):

@@ -1,6 +1,6 @@
-"""Where ``backend="auto"`` takes XLA's shifted sum on a GPU although our
-CUDA kernel exists: the cells in which the kernel measured slower than XLA
-at the large shapes (docs/benchmarks.md's GPU matrix; docs/performance-log.md
+"""Where ``backend="auto"`` takes XLA's shifted sum although our kernel
+exists: the cells in which the kernel measured slower than XLA at the large
+shapes (docs/benchmarks.md's GPU and CPU matrices; docs/performance-log.md
 says which cells and why). ``backend="ffi"`` still insists on the kernel.
 Every other platform and cell takes the kernel."""
 
@@ -19,3 +19,12 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int) -> bool:
     if width > 16 and (cfg.mode == VARLEN or length % (16 // itemsize) != 0):
         return False  # not the wide family's rows (whole 16-byte vectors, rows or seq_idx): the tile family
     return True
+
+
+def cpu_forward_wins(cfg, width: int, has_initial_states: bool) -> bool:
+    """False where the XLA twin's forward is faster on the CPU: channels-last
+    x at W <= 2 without states (dense or seq_idx), where XLA's one fused
+    elementwise pass beats the kernel's tiles. The backward keeps the kernel
+    (faster there at every measured width)."""
+    plain = cfg.mode != VARLEN and not has_initial_states and not cfg.want_final
+    return not (cfg.channels_last and width <= 2 and plain)
