@@ -42,13 +42,15 @@ bool WideClFits(const ConvArgs& a, const void* in2, const void* out) {
 }
 
 // bfloat16 x with weights of any float dtype, float16 x with float16
-// weights: the tensor-core forwards (on top of VectorRowsFit: one sequence
-// per row or seq_idx; WideClFits: one sequence per row). Wider weights are
+// weights: the tensor-core forwards (on top of VectorRowsFit or WideClFits:
+// one sequence per row or seq_idx, the channels-last kernel's ids read as
+// whole aligned 16-byte words of rows of whole words). Wider weights are
 // split into two parts of x's dtype, which keeps ~16 bits for bfloat16's
 // range but not for float16's (tiny weights turn subnormal, large ones
 // overflow), so float16 x with other weights keeps the FMA kernels.
 bool MmaFits(const ConvArgs& a) {
-  const bool mode = a.mode == SegmentMode::kRow || (!a.channels_last && a.mode == SegmentMode::kSeqIdx);
+  const bool ids_fit = !a.channels_last || (Aligned(a.seq_idx, 16) && a.len % 4 == 0);
+  const bool mode = a.mode == SegmentMode::kRow || (a.mode == SegmentMode::kSeqIdx && ids_fit);
   const bool types = a.x_dtype == DType::kBF16 || (a.x_dtype == DType::kF16 && a.w_dtype == DType::kF16);
   return types && mode;
 }

@@ -107,30 +107,10 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
       float acc[4];
       bool live[4] = {true, true, true, true};  // (masked: the output is not padding)
       const T* arow = cur + kMmaTile * u + lrow;
-      if constexpr (!kMasked) {
-        MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
+      if constexpr (kMasked) {
+        MmaTileMasked<T, kNK>(arow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
       } else {
-        const int32_t* irow = ids + kMmaTile * u;  // the ids of the tile's staged steps
-        if (MmaTileOneId(irow, P)) {
-          MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
-        } else {  // once per distinct id among the outputs, the lowest lane's first pending one
-          const int e = P + first;  // this lane's outputs: irow[e (+1) (+64)]
-          const int32_t oid[4] = {irow[e], irow[e + 1], irow[e + 64], irow[e + 65]};
-          bool done[4];
-#pragma unroll
-          for (int i = 0; i < 4; ++i) live[i] = oid[i] >= 0, done[i] = !live[i], acc[i] = 0.f;
-          for (;;) {
-            const unsigned pending = __ballot_sync(0xffffffffu, !(done[0] && done[1] && done[2] && done[3]));
-            if (!pending) break;
-            const int32_t mine = !done[0] ? oid[0] : !done[1] ? oid[1] : !done[2] ? oid[2] : oid[3];
-            const int32_t s = __shfl_sync(0xffffffffu, mine, __ffs(pending) - 1);
-            float part[4];
-            MmaTileOf<T, kNK>(arow, irow, s, nk, bhi, blo, split, part);
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-              if (!done[i] && oid[i] == s) acc[i] = part[i], done[i] = true;
-          }
-        }
+        MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
       }
       if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
 #pragma unroll

@@ -1,12 +1,16 @@
 // The channels-last tensor-core forward: channels-last dense bfloat16 or
-// float16 x of whole aligned groups of kCh channels, one sequence per row,
-// W > 12. Staged like the channels-last wide family (wide_cl.cuh: a block of
-// kCh warps takes a group's rows over a span, outputs leave as whole rows
-// through the column buffer ys), but the rows are transposed into one
+// float16 x of whole aligned groups of kCh channels, one sequence per row or
+// seq_idx, W > 12. Staged like the channels-last wide family (wide_cl.cuh: a
+// block of kCh warps takes a group's rows over a span, outputs leave as whole
+// rows through the column buffer ys), but the rows are transposed into one
 // 16-bit row per channel, which each warp sums on tensor cores as
 // forward_mma.cu does (mma.cuh). Groups of 16 channels (32-byte row pieces:
 // whole DRAM sectors) where the channels and the shared memory allow
-// (W <= 40), else of kWideClCh = 8 (16-byte pieces).
+// (W <= 40, one sequence per row), else of kWideClCh = 8 (16-byte pieces).
+// seq_idx: a step's id is every channel's, so the block stages the chunk's
+// ids once (a 16-byte word a thread, loaded a chunk ahead into registers,
+// stored after the barrier that ends the previous chunk's tiles) and each
+// warp masks its tiles as forward_mma.cu does.
 #include "launchers.h"
 #include "mma.cuh"
 #include "wide_cl.cuh"
@@ -15,18 +19,31 @@ namespace jcc::cuda {
 namespace {
 
 // A block's shared memory in bytes: the raw rows (rx, kMmaStages chunks of
-// them), each warp's channel row (xc, 16-bit), the output columns (ys).
+// them), each warp's channel row (xc, 16-bit), the output columns (ys),
+// masked the ids of the staged steps (ids).
 template <int kCh>
 struct MmaClSmem {
-  int n, rx, xc, ys, bytes;
-  __host__ __device__ MmaClSmem(int W, int elem_bytes) {
+  int n, rx, xc, ys, ids, bytes;
+  __host__ __device__ MmaClSmem(int W, int elem_bytes, bool masked) {
     n = MmaBufElems(W);
     rx = 0;
     xc = rx + kMmaStages * n * kCh * elem_bytes;
     ys = xc + kCh * n * elem_bytes;
-    bytes = ys + kCh * kWideClCol * 4;
+    ids = ys + kCh * kWideClCol * 4;
+    bytes = ids + (masked ? n * 4 : 0);
   }
 };
+
+// seq_idx: this thread's 16-byte word of the ids of staged steps o + e
+// (e < n; o a multiple of 8 and the row's length of 4, so that a word lies
+// wholly before step 0, in the row or past its end): HistoryId before step 0,
+// kNoId past the end. Threads past the n / 4 words load nothing.
+__device__ __forceinline__ int4 LoadMmaClIds(const ConvArgs& a, int64_t b, int64_t o, int n, int32_t hist) {
+  const int64_t t = o + 4 * int(threadIdx.x);
+  if (4 * int(threadIdx.x) >= n || t >= a.len) return make_int4(kNoId, kNoId, kNoId, kNoId);
+  if (t < 0) return make_int4(hist, hist, hist, hist);
+  return __ldg(reinterpret_cast<const int4*>(a.seq_idx + b * a.len + t));
+}
 
 // Raw rows i < n (steps o + i; pairs of them per thread) into the channel
 // rows xc + c * n as pairs, a 16-byte word of each row at a time; before
@@ -60,18 +77,20 @@ __device__ __forceinline__ void TransposeMmaClRows(const ConvArgs& a, const T* r
   }
 }
 
-template <typename T, int kNK, int kCh>
+template <typename T, int kNK, int kCh, bool kMasked>
 __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
     FwdMmaClKernel(const ConvArgs a, int64_t spans_per_row) {
+  static_assert(!kMasked || (kWideChunk + 256 + 16) / 4 <= 32 * kCh, "a word of ids a thread");
   extern __shared__ float4 smem_raw[];
   const WideClPlace pl = LocateWideCl<kCh>(a, spans_per_row);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int W = int(a.width), P = MmaHalo(W), nk = MmaKSteps(W);
-  const MmaClSmem<kCh> sm(W, int(sizeof(T)));
+  const MmaClSmem<kCh> sm(W, int(sizeof(T)), kMasked);
   char* block = reinterpret_cast<char*>(smem_raw);
   T* rx = reinterpret_cast<T*>(block + sm.rx);
   T* xc = reinterpret_cast<T*>(block + sm.xc);
   float* ys = reinterpret_cast<float*>(block + sm.ys);
+  int32_t* ids = reinterpret_cast<int32_t*>(block + sm.ids);
   const int64_t L = a.len, b = pl.b, g = pl.g, d = g * kCh + warp;
   const T* x = static_cast<const T*>(a.x);
   T* y = static_cast<T*>(a.y);
@@ -84,6 +103,9 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
   const T* mine = xc + warp * sm.n + MmaLaneRow(lane);
   float* col = ys + warp * kWideClCol;
   const int first = MmaLaneFirst(lane);
+  const int32_t hist = kMasked ? HistoryId(a, b) : 0;
+  int4 next_ids;  // (masked) this thread's word of the next chunk's ids
+  if constexpr (kMasked) next_ids = LoadMmaClIds(a, b, pl.first_chunk * kWideChunk - P, sm.n, hist);
 
   const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
   // chunk first + i's rows in rx buffer i % kMmaStages, a copy group per
@@ -101,24 +123,32 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
     issue(ci + kMmaStages - 1);  // into chunk ci - 1's buffer, transposed before the last barrier
     CpAsyncWait<kMmaStages - 1>();
     __syncthreads();  // the chunk's rows are in; the previous chunk's outputs are in ys
+    if constexpr (kMasked) {  // (every warp is done with the previous chunk's ids)
+      if (4 * int(threadIdx.x) < sm.n) reinterpret_cast<int4*>(ids)[threadIdx.x] = next_ids;
+      if (ci + 1 < end) next_ids = LoadMmaClIds(a, b, c0 + kWideChunk - P, sm.n, hist);
+    }
     if (ci > pl.first_chunk) StoreWideClRows<T, kCh, 8>(a, y, res, b, g, c0 - kWideChunk, ys);
     TransposeMmaClRows<T, kCh>(a, rows(ci), b, g, c0 - P, sm.n, xc);
-    __syncthreads();  // the channel rows are in; ys is free again
+    __syncthreads();  // the channel rows (and ids) are in; ys is free again
     const T* row = xc + warp * sm.n;  // this warp's channel row
 #pragma unroll 1
     for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
       if (c0 + kMmaTile * u >= L) break;
       float acc[4];
-      MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
-      if (!MmaSumsFinite(acc)) {  // (mma.cuh says why)
-        bool live[4];
-        MmaTileExact<T, false>(a, wrow, row + kMmaTile * u, nullptr, live, acc);
+      bool live[4] = {true, true, true, true};  // (masked: the output is not padding)
+      if constexpr (kMasked) {
+        MmaTileMasked<T, kNK>(mine + kMmaTile * u, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
+      } else {
+        MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
       }
+      if (!MmaSumsFinite(acc))  // (mma.cuh says why)
+        MmaTileExact<T, kMasked>(a, wrow, row + kMmaTile * u, ids + kMmaTile * u, live, acc);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int h = 0; h < 2; ++h) {  // (padding: exactly 0 before the residual)
         const int s = kMmaTile * u + first + 64 * h;
         *reinterpret_cast<float2*>(col + WideClOut(s)) =
-            make_float2(Activate(acc[2 * h] + bias, silu), Activate(acc[2 * h + 1] + bias, silu));
+            make_float2(live[2 * h] ? Activate(acc[2 * h] + bias, silu) : 0.f,
+                        live[2 * h + 1] ? Activate(acc[2 * h + 1] + bias, silu) : 0.f);
       }
     }
   }
@@ -127,19 +157,22 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
 }
 
 // Groups of 16 channels where they divide dim and two blocks of them fit an
-// SM's shared memory and registers (W <= 40), else groups of kWideClCh.
+// SM's shared memory and registers (W <= 40, one sequence per row: with the
+// ids two blocks no longer fit), else groups of kWideClCh.
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
   const int W = int(a.width);
+  const bool masked = a.mode == SegmentMode::kSeqIdx;
   return WithKSteps(W, [&](auto nk) {
     constexpr int kNK = decltype(nk)::value;
     if constexpr (kNK <= 3) {
-      if (a.dim % 16 == 0)
-        return LaunchWithSmem(FwdMmaClKernel<T, kNK, 16>, WideClBlocks<16>(a, spans_per_row), 32 * 16,
-                              size_t(MmaClSmem<16>(W, int(sizeof(T))).bytes), stream, a, spans_per_row);
+      if (a.dim % 16 == 0 && !masked)
+        return LaunchWithSmem(FwdMmaClKernel<T, kNK, 16, false>, WideClBlocks<16>(a, spans_per_row), 32 * 16,
+                              size_t(MmaClSmem<16>(W, int(sizeof(T)), false).bytes), stream, a, spans_per_row);
     }
-    return LaunchWithSmem(FwdMmaClKernel<T, kNK, kWideClCh>, WideClBlocks(a, spans_per_row), kWideClThreads,
-                          size_t(MmaClSmem<kWideClCh>(W, int(sizeof(T))).bytes), stream, a,
+    return LaunchWithSmem(masked ? FwdMmaClKernel<T, kNK, kWideClCh, true> : FwdMmaClKernel<T, kNK, kWideClCh, false>,
+                          WideClBlocks(a, spans_per_row), kWideClThreads,
+                          size_t(MmaClSmem<kWideClCh>(W, int(sizeof(T)), masked).bytes), stream, a,
                           spans_per_row);
   });
 }

@@ -200,6 +200,34 @@ __device__ __forceinline__ void MmaTileOf(const T* arow, const int32_t* irow, in
   }
 }
 
+// seq_idx: a tile's sums, each output over the inputs of its own id: as
+// MmaTile where the window holds one live id, else once per distinct id
+// among the outputs (the lowest pending lane's first one) with A masked to
+// that id's inputs. live[i] (true on entry) = the output is not padding (its
+// sum is then 0). arow as MmaTile's, irow the ids of the tile's staged steps.
+template <typename T, int kNK>
+__device__ __forceinline__ void MmaTileMasked(const T* arow, const int32_t* irow, int P, int nk,
+                                              const unsigned (&hi)[kNK][2], const unsigned (&lo)[kNK][2],
+                                              bool split, float (&acc)[4], bool (&live)[4]) {
+  if (MmaTileOneId(irow, P)) return MmaTile<T, kNK>(arow, nk, hi, lo, split, acc);
+  const int e = P + MmaLaneFirst(threadIdx.x & 31);  // this lane's outputs: irow[e (+1) (+64)]
+  const int32_t oid[4] = {irow[e], irow[e + 1], irow[e + 64], irow[e + 65]};
+  bool done[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) live[i] = oid[i] >= 0, done[i] = !live[i], acc[i] = 0.f;
+  for (;;) {
+    const unsigned pending = __ballot_sync(0xffffffffu, !(done[0] && done[1] && done[2] && done[3]));
+    if (!pending) break;
+    const int32_t mine = !done[0] ? oid[0] : !done[1] ? oid[1] : !done[2] ? oid[2] : oid[3];
+    const int32_t s = __shfl_sync(0xffffffffu, mine, __ffs(pending) - 1);
+    float part[4];
+    MmaTileOf<T, kNK>(arow, irow, s, nk, hi, lo, split, part);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (!done[i] && oid[i] == s) acc[i] = part[i], done[i] = true;
+  }
+}
+
 // f(std::integral_constant<int, kNK>()) for the k-step bucket of width W
 // (kNK >= MmaKSteps(W): W <= 40, 72, 136, 256).
 template <typename F>

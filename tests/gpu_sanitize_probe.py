@@ -68,8 +68,10 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (2, 5, 1160), 14, False, "seq"),     # mma forward at W 13..16, masked tiles
     (jnp.bfloat16, (2, 16, 1160), 137, True, "states"), # channels-last mma forward, 2 groups, partial tile
     (jnp.bfloat16, (2, 32, 1160), 24, True, "states"),  # channels-last mma forward, 2 groups of 16 channels
+    (jnp.bfloat16, (2, 16, 1160), 20, True, "seq"),     # channels-last mma forward, masked tiles, staged ids
+    (jnp.float16, (2, 8, 1160), 80, True, "seq"),       # the same at the k-step bucket of 9
     (jnp.bfloat16, (1, 20, 700), 256, True, "seq"),     # tile, widest, large shared memory
-    (jnp.bfloat16, (2, 16, 4616), 40, True, "seq"),     # channels-last wide, masked, 2 spans
+    (jnp.bfloat16, (2, 16, 4616), 40, True, "seq"),     # channels-last mma forward + wide backward, masked, 2 spans
     (jnp.float32, (1, 8, 1000), 17, True, "states"),    # channels-last wide, 32-byte rows, partial chunk
     (jnp.float32, (1, 8, 1048), 256, True, "seq"),      # channels-last wide, widest, most shared memory
 ]

@@ -196,7 +196,8 @@ def test_small_wide_family_spans(dtype, W, cl):
 def test_small_mma_forward(dtype, W, cl):
     """The tensor-core forwards (forward_mma.cu: channels-first rows of
     16-bit x, W > 12, one sequence per row or seq_idx; forward_mma_cl.cu:
-    channels-last groups of 16 or 8 channels, W > 12, one sequence per row)
+    channels-last groups of 16 or 8 channels, W > 12, one sequence per row
+    or seq_idx)
     at the edges of their k-step buckets: weights of
     x's dtype and of float32 (two 16-bit parts), bias, SiLU, residual,
     initial states, a partial last tile and chunk, vmapped weights; against
@@ -224,19 +225,19 @@ def test_small_mma_forward(dtype, W, cl):
         assert rel_err(fin, want_fin) == 0
         y = run(GPU, conv, x, wt)
         assert rel_err(y, want(x, wt)[0]) <= tol, str(wt.dtype)
-    if not cl:  # seq_idx (channels-first): segments, padding, an id that returns, the history's id
-        ids = np.zeros((B, L), np.int32)
-        ids[:, 300:] = 1
-        ids[:, 301:305] = -1
-        ids[:, 700:900] = 2
-        ids[0, 900:1000] = 0
-        ids[1, 640:] = np.arange(L - 640) // 7 + 5  # short segments: several ids in a tile
-        ids[:, -20:] = -1
-        for wt in (w, w32):
-            y = run(GPU, lambda *a: conv(*a[:3], activation="silu", residual=a[3], initial_states=a[4],
-                                         seq_idx=jnp.asarray(ids)), x, wt, b, res, init)
-            want_y = oracle.conv(x, wt, b, "silu", res, seq_idx=ids, init=init)[0]
-            assert rel_err(y, want_y) <= tol, ("seq_idx", str(wt.dtype), rel_err(y, want_y))
+    # seq_idx: segments, padding, an id that returns, the history's id
+    ids = np.zeros((B, L), np.int32)
+    ids[:, 300:] = 1
+    ids[:, 301:305] = -1
+    ids[:, 700:900] = 2
+    ids[0, 900:1000] = 0
+    ids[1, 640:] = np.arange(L - 640) // 7 + 5  # short segments: several ids in a tile
+    ids[:, -20:] = -1
+    for wt in (w, w32):
+        y = run(GPU, lambda *a: conv(*a[:3], activation="silu", residual=a[3], initial_states=a[4],
+                                     seq_idx=jnp.asarray(ids)), x, wt, b, res, init)
+        want_y = cf(oracle.conv(cf(x), wt, b, "silu", cf(res), seq_idx=ids, init=cf(init))[0])
+        assert rel_err(y, want_y) <= tol, ("seq_idx", str(wt.dtype), rel_err(y, want_y))
     f = lambda x, w, b, r: conv(x, w, b, activation="silu", residual=r)
     check(grads(f, (0, 1, 2, 3)), (x, w32, b, res), dtype, "mma, float32 weights")
     wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
@@ -290,16 +291,16 @@ def test_small_mma_nonfinite_stays_in_its_windows(W, cl):
     big[:, 0] = 1.0
     xs = jnp.asarray(t(rng.standard_normal((B, D, L)) * 1e-3), jnp.bfloat16)
     same(run(GPU, conv, xs, jnp.asarray(big)), oracle.conv(t(xs), big)[0])
-    if not cl:  # NaN in padding between and after two sequences
-        ids = np.zeros((B, L), np.int32)
-        ids[:, 500:] = 1
-        ids[:, 480:500] = -1
-        ids[:, -24:] = -1
-        xp = xn.copy()
-        xp[np.broadcast_to(ids[:, None, :] < 0, xp.shape)] = np.nan
-        xp = jnp.asarray(xp, jnp.bfloat16)
-        same(run(GPU, lambda x, w: conv(x, w, seq_idx=jnp.asarray(ids)), xp, w),
-             oracle.conv(xp, w, seq_idx=ids)[0])
+    # NaN in padding between and after two sequences
+    ids = np.zeros((B, L), np.int32)
+    ids[:, 500:] = 1
+    ids[:, 480:500] = -1
+    ids[:, -24:] = -1
+    xp = xn.copy()
+    xp[np.broadcast_to(ids[:, None, :] < 0, xp.shape)] = np.nan
+    xp = jnp.asarray(t(xp), jnp.bfloat16)
+    same(run(GPU, lambda x, w: conv(x, w, seq_idx=jnp.asarray(ids)), xp, w),
+         oracle.conv(t(xp), w, seq_idx=ids)[0])
 
 
 def test_small_float16_x_keeps_float32_weights():
