@@ -219,9 +219,15 @@ def main(argv=None):
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     p.add_argument("--large", metavar="B,L,D", help="time one large channel-last bf16 forward "
                    "instead (CUDA only), e.g. 1,8192,2048")
+    p.add_argument("--dao", metavar="SRC", help="build Dao-AILab causal-conv1d from this source "
+                   "tree first (benchmarks/dao_baseline.py), where it is not installed")
     args = p.parse_args(argv)
 
     import torch
+
+    if args.dao:
+        from .dao_baseline import load
+        load(args.dao)
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("torch_overhead: --device cuda, but torch sees no CUDA device")
