@@ -157,8 +157,9 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
 }
 
 // Groups of 16 channels where they divide dim and two blocks of them fit an
-// SM's shared memory and registers (W <= 40, one sequence per row: with the
-// ids two blocks no longer fit), else groups of kWideClCh.
+// SM's shared memory and registers (W <= 40), one sequence per row (with the
+// ids, two blocks of 16 fit only up to W = 32; seq_idx keeps groups of 8
+// until a 16-channel masked kernel is measured), else groups of kWideClCh.
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
   const int W = int(a.width);
