@@ -1,5 +1,6 @@
 """Shared by the GPU test files: the devices, the skip marks, the dtypes and
-tolerances, and the GPU-against-CPU comparison."""
+tolerances, random inputs, the GPU-against-CPU comparison and gradients
+through jax.vjp."""
 
 import jax
 import jax.numpy as jnp
@@ -47,3 +48,25 @@ def check(f, args, dtype, what=""):
         err = rel_err(g, w)
         assert err <= REL[dtype], f"{what} output {i}: rel err {err:.3g} > {REL[dtype]}"
     return got
+
+
+def inputs(rng, B, D, L, W, dtype, cl, N=None):
+    dt = DT[dtype]
+    xs = (B, L, D) if cl else (B, D, L)
+    x = jnp.asarray(rng.standard_normal(xs), dt)
+    w = jnp.asarray(rng.standard_normal((D, W)) / np.sqrt(W), dt)
+    b = jnp.asarray(rng.standard_normal((D,)), dt)
+    rows = B if N is None else N
+    st = (rows, W - 1, D) if cl else (rows, D, W - 1)
+    init = jnp.asarray(rng.standard_normal(st), dt)
+    return x, w, b, init
+
+
+def grads(f, argnums):
+    """Gradient of sum(outputs * fixed cotangents), through jax.vjp."""
+    def g(*args):
+        out, vjp = jax.vjp(lambda *a: f(*a), *args)
+        cts = jax.tree.map(lambda o: jnp.cos(jnp.arange(o.size, dtype=jnp.float32).reshape(o.shape)).astype(o.dtype), out)
+        gs = vjp(cts)
+        return out, tuple(gs[i] for i in argnums)
+    return g
