@@ -21,6 +21,7 @@ from jax import lax
 
 import jax_causal_conv as jcc
 from jax_causal_conv.cli.progress import Progress
+from jax_causal_conv.cli.quick_bench import train_step
 
 from .report import add_row, emit, heading, run_meta, section_main, speed_table
 from .timing import batched, timeit
@@ -73,14 +74,6 @@ def impls(cl):
         except ImportError:
             pass
     return out
-
-
-def train_step(fn):
-    """(x, w, b, g) -> (y, (dx, dw, db)): the forward kept beside the grads."""
-    def step(x, w, b, g):
-        y, vjp = jax.vjp(fn, x, w, b)
-        return y, vjp(g)
-    return step
 
 
 def bench_baselines(platform, log=print):

@@ -41,7 +41,9 @@ def _impl(name):
     return _lax_conv
 
 
-def _step(f):
+def train_step(f):
+    """(x, w, b, g) -> (y, (dx, dw, db)): a training step that keeps the
+    forward (y returned beside the grads, so XLA cannot drop it)."""
     import jax
 
     def step(x, w, b, g):
@@ -87,7 +89,7 @@ def measure(platform, widths=WIDTHS, shape=None, dtype=None, progress=None):
             for name in IMPLS:
                 f = _impl(name)
                 fwd = wall_ms(jax.jit(f), (x, w, b))
-                step = wall_ms(jax.jit(_step(f)), (x, w, b, g))
+                step = wall_ms(jax.jit(train_step(f)), (x, w, b, g))
                 rows.append(dict(W=W, impl=name, fwd_ms=fwd, step_ms=step))
                 if progress is not None:
                     progress.step(f"W={W:3d} {name:16s} forward {fwd:9.3f} ms   "
