@@ -40,11 +40,6 @@ def test_the_table():
     assert not wins(cfg(SEQ_IDX, False), 1) and not wins(cfg(ROWS, True), 1)
 
 
-def _kernel_calls(f, *args):
-    txt = jax.jit(f).lower(*args).compile().as_text()
-    return txt.count(targets.FORWARD)
-
-
 def test_the_cpu_table():
     def c(mode, cl, final=False):
         return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
@@ -59,8 +54,13 @@ def test_the_cpu_table():
 
 
 def _calls(f, *args):
+    """Our forward and backward calls in f's compiled program."""
     txt = jax.jit(f).lower(*args).compile().as_text()
     return txt.count(targets.FORWARD), txt.count(targets.BACKWARD)
+
+
+def _kernel_calls(f, *args):
+    return _calls(f, *args)[0]
 
 
 @pytest.mark.parametrize("W", [2, 3])
