@@ -33,7 +33,8 @@ def load(src: str = DEFAULT_SRC):
 
     major, minor = torch.cuda.get_device_capability()
     arch = f"{major}{minor}"
-    build = os.path.join(src, f"build-{arch}")
+    # (JCC_DAO_BUILD: a build directory outside the carried tree, kept on a warm machine)
+    build = os.environ.get("JCC_DAO_BUILD") or os.path.join(src, f"build-{arch}")
     os.makedirs(build, exist_ok=True)
     # the flags of its own setup.py, for one architecture
     load_extension(

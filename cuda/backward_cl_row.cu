@@ -25,9 +25,10 @@ struct ClRowStage {
   static constexpr int kU = sizeof(T) >= 4 ? 4 : 8;
 };
 
-template <typename T, int kW, bool kMasked>
+template <typename T, int kW, ClMask kMask>
 __global__ void __launch_bounds__(kClX * kClY)
     BwdClRowKernel(const ConvArgs a, int64_t nchunk, float* ws) {
+  constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClBwdVec(sizeof(T), kW), U = ClRowStage<T>::kU;
   constexpr int kThreadsPerBlock = kClX * kClY;
   constexpr bool kBucket = kW > 8;
@@ -40,10 +41,6 @@ __global__ void __launch_bounds__(kClX * kClY)
   const int64_t D = a.dim, L = a.len;
   const ClBlock blk = LocateClBlock<kV>(D, nchunk);
   const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
-  if constexpr (kMasked) {
-    ids.Stage(a, b, chunk * kBlockSteps);
-    __syncthreads();
-  }
   const int64_t ts = (chunk * kClY + threadIdx.y) * kClBwdSteps;
   const int64_t te = Min64(L, ts + kClBwdSteps);
   const bool active = c0 < D && ts < te;
@@ -52,34 +49,41 @@ __global__ void __launch_bounds__(kClX * kClY)
   const int64_t grp = b / a.batch_per_group();
 
   float dw[kW + 1][kV] = {};
-  if (active) {
-    const T* xb = static_cast<const T*>(a.x) + b * L * D + c0;
-    const T* dyb = static_cast<const T*>(a.dy) + b * L * D + c0;
-    const int64_t tend = te + H;  // g is needed up to te + H - 1
-    const int64_t tload = Min64(tend, L);
-    auto stage_group = [&](int64_t t, int buf) {
+  const T* xb = static_cast<const T*>(a.x) + b * L * D + c0;
+  const T* dyb = static_cast<const T*>(a.dy) + b * L * D + c0;
+  const int64_t tend = te + H;  // g is needed up to te + H - 1
+  const int64_t tload = Min64(tend, L);
+  auto stage_group = [&](int64_t t, int buf) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const bool ok = t + u < tload;
-        const int64_t off = ok ? (t + u) * D : 0;
-        CpAsync<sizeof(Raw)>(&stage[buf][0][u][tid], xb + off, ok);
-        CpAsync<sizeof(Raw)>(&stage[buf][1][u][tid], dyb + off, ok);
-      }
-      CpAsyncCommit();
-    };
-    stage_group(ts, 0);  // in flight while the weights and history load
-
-    float w[kW][kV], bias[kV];
+    for (int u = 0; u < U; ++u) {
+      const bool ok = t + u < tload;
+      const int64_t off = ok ? (t + u) * D : 0;
+      CpAsync<sizeof(Raw)>(&stage[buf][0][u][tid], xb + off, ok);
+      CpAsync<sizeof(Raw)>(&stage[buf][1][u][tid], dyb + off, ok);
+    }
+    CpAsyncCommit();
+  };
+  // x and dy in flight while the weights, the history and the ids load
+  float w[kW][kV], bias[kV];
+  float xw[kHs][kV], gw[kHs][kV] = {};  // input and g at steps t - H .. t - 1
+  if (active) {
+    stage_group(ts, 0);
     LoadClTaps<kW, kV>(a, grp * D + c0, pad, w, bias);
-    T* dxb = static_cast<T*>(a.dx) + b * L * D;
-
-    float xw[kHs][kV], gw[kHs][kV] = {};  // input and g at steps t - H .. t - 1
     LoadClHistory<T, kV, H>(a, xb, b, c0, ts, xw);
-    int run = 0;  // kMasked: how many steps before t share t's id (capped at H)
-    if constexpr (kMasked) {
+  }
+  if constexpr (kMasked) {
+    ids.Stage(a, b, chunk * kBlockSteps);
+    __syncthreads();
+  }
+  if (active) {
+    T* dxb = static_cast<T*>(a.dx) + b * L * D;
+    int run = 0;  // kAny: how many steps before t share t's id (capped at H)
+    if constexpr (kMasked && !kIds) {
       const int32_t id0 = ids.Id(ts);
       for (int k = 1; k <= H && ids.Id(ts - k) == id0; ++k) run = k;
     }
+    ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t
+    if constexpr (kIds) idw.Start(ids, ts);
     int buf = 0;
     for (int64_t t = ts; t < tend; t += U, buf ^= 1) {
       if (t + U < tend) {  // prefetch the next group, then wait for this one
@@ -95,7 +99,10 @@ __global__ void __launch_bounds__(kClX * kClY)
         const Raw xr = stage[buf][0][u][tid], dr = stage[buf][1][u][tid];
         bool live = in, clean = true;
         int32_t id = 0;
-        if constexpr (kMasked) {
+        if constexpr (kIds) {
+          idw.Next(ids, tt);
+          live = in && idw.id[H] >= 0;
+        } else if constexpr (kMasked) {
           id = ids.Id(tt);
           if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
           clean = run >= H && id >= 0;
@@ -107,9 +114,14 @@ __global__ void __launch_bounds__(kClX * kClY)
           xt[c] = xr[c];  // zero-filled past tload
           float tv[kHs];  // the taps this output reads (masked)
 #pragma unroll
-          for (int k = 0; k < H; ++k)
-            tv[k] = clean || !kMasked || ids.Id(tt - H + k) == id
-                        ? xw[k][c] : MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c);
+          for (int k = 0; k < H; ++k) {
+            if constexpr (kIds) {
+              tv[k] = idw.Same(k, H) ? xw[k][c] : 0.f;
+            } else {
+              tv[k] = clean || !kMasked || ids.Id(tt - H + k) == id
+                          ? xw[k][c] : MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c);
+            }
+          }
           float pre = bias[c] + w[H][c] * xt[c];
 #pragma unroll
           for (int k = 0; k < H; ++k)
@@ -136,7 +148,11 @@ __global__ void __launch_bounds__(kClX * kClY)
             for (int k = 0; k < kW; ++k) {
               if (kBucket && k < pad) continue;
               const float gv = k == 0 ? g[c] : gw[H - k][c];
-              if (clean || !kMasked || ids.Id(tt - k) == idp) acc += w[k][c] * gv;
+              if constexpr (kIds) {
+                acc += w[k][c] * (idw.Same(H - k, 0) ? gv : 0.f);
+              } else if (clean || !kMasked || ids.Id(tt - k) == idp) {
+                acc += w[k][c] * gv;
+              }
             }
             out[c] = acc;
           }
@@ -178,9 +194,10 @@ template <typename T, int kW>
 cudaError_t Launch(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream) {
   const dim3 grid(unsigned(ClBlocks(a.batch, nchunk, a.dim, ClBwdVec(sizeof(T), kW))));
   const dim3 block(kClX, kClY);
-  if (a.mode == SegmentMode::kRow) BwdClRowKernel<T, kW, false><<<grid, block, 0, stream>>>(a, nchunk, ws);
-  else BwdClRowKernel<T, kW, true><<<grid, block, 0, stream>>>(a, nchunk, ws);
-  return cudaGetLastError();
+  return WithClMask<kW>(a, [&](auto mask) {
+    BwdClRowKernel<T, kW, decltype(mask)::value><<<grid, block, 0, stream>>>(a, nchunk, ws);
+    return cudaGetLastError();
+  });
 }
 
 template <typename T>

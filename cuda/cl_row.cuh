@@ -7,9 +7,11 @@
 // kernels (1..8 exactly, then 12 and 16 with absent leading taps).
 //
 // seq_idx and varlen (kMasked): the block stages the ids of its steps once
-// (varlen: each step's sequence index, and the sequence's first step); a
-// step whose last W - 1 ids equal its own (a running count) takes the plain
-// taps, the others the masked ones (MaskedClTap).
+// (varlen: each step's sequence index, and the sequence's first step). At
+// W <= 8 with seq_idx (ClMask::kSeqIdx) a thread keeps the ids of its last
+// W steps in registers and masks each tap by a select; otherwise a step
+// whose last W - 1 ids equal its own (a running count) takes the plain
+// taps, the others the masked ones (MaskedClHistory).
 #pragma once
 
 #include "common.cuh"
@@ -129,6 +131,45 @@ struct NoClIds {
 
 template <int kSteps, bool kMasked>
 using ClIdsOf = std::conditional_t<kMasked, ClIds<kSteps>, NoClIds>;
+
+// The sequence masks a row kernel compiles: none (one sequence per row);
+// seq_idx only, at W <= 8 (each tap's mask from a window of ids kept in
+// registers, a select per tap, no branch: the varlen history path's
+// registers stay out); or any mode, chosen at run time (varlen, and seq_idx
+// at the buckets 12 and 16).
+enum class ClMask { kNone, kSeqIdx, kAny };
+
+template <int kW, typename F>
+__host__ cudaError_t WithClMask(const ConvArgs& a, F&& f) {
+  using N = std::integral_constant<ClMask, ClMask::kNone>;
+  using S = std::integral_constant<ClMask, ClMask::kSeqIdx>;
+  using A = std::integral_constant<ClMask, ClMask::kAny>;
+  if (a.mode == SegmentMode::kRow) return f(N());
+  if constexpr (kW <= 8) {
+    if (a.mode == SegmentMode::kSeqIdx) return f(S());
+  }
+  return f(A());
+}
+
+// ClMask::kSeqIdx: id[i] = the id of step t - H + i (i <= H), for the
+// current step t; Next(t) shifts in step t's id.
+template <int H>
+struct ClIdWindow {
+  int32_t id[H + 1];
+  template <typename Ids>
+  __device__ __forceinline__ void Start(const Ids& ids, int64_t ts) {
+#pragma unroll
+    for (int i = 0; i < H; ++i) id[i + 1] = ids.Id(ts - H + i);
+  }
+  template <typename Ids>
+  __device__ __forceinline__ void Next(const Ids& ids, int64_t t) {
+#pragma unroll
+    for (int i = 0; i < H; ++i) id[i] = id[i + 1];
+    id[H] = ids.Id(t);
+  }
+  // whether step t - H + i belongs to step t - H + j's sequence
+  __device__ __forceinline__ bool Same(int i, int j) const { return id[i] == id[j]; }
+};
 
 // The value tap k (< H) of output t reads when its input's id differs
 // from the output's id `id`: zero, or (kVarlen with initial states) the

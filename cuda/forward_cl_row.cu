@@ -15,9 +15,10 @@ namespace {
 constexpr int kStage = 8;        // steps per staged group
 constexpr int kBlockSteps = kClY * kClFwdSteps;
 
-template <typename T, int kW, bool kMasked>
+template <typename T, int kW, ClMask kMask>
 __global__ void __launch_bounds__(kClX * kClY)
     FwdClRowKernel(const ConvArgs a, int64_t nchunk) {
+  constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
   constexpr int kThreadsPerBlock = kClX * kClY;
   constexpr bool kBucket = kW > 8;
@@ -53,25 +54,28 @@ __global__ void __launch_bounds__(kClX * kClY)
     }
     CpAsyncCommit();
   };
-  // in flight while the ids, the weights and the history load
-  if (mine) stage_group(ts, 0);
+  // x in flight while the weights, the history and the ids load
+  float w[kW][kV], bias[kV];
+  float win[kHs][kV];  // input at steps t - H .. t - 1
+  if (mine) {
+    stage_group(ts, 0);
+    LoadClTaps<kW, kV>(a, (b / a.batch_per_group()) * D + c0, pad, w, bias);
+    LoadClHistory<T, kV, H>(a, xb, b, c0, ts, win);
+  }
   if constexpr (kMasked) {
     ids.Stage(a, b, chunk * kBlockSteps);
     __syncthreads();
   }
   if (!mine) return;  // (after the block's barrier)
-
-  float w[kW][kV], bias[kV];
-  LoadClTaps<kW, kV>(a, (b / a.batch_per_group()) * D + c0, pad, w, bias);
-  float win[kHs][kV];  // input at steps t - H .. t - 1
-  LoadClHistory<T, kV, H>(a, xb, b, c0, ts, win);
   const bool silu = a.act == Activation::kSilu;
-  // kMasked: how many steps before t share t's id (capped at H).
+  // kAny: how many steps before t share t's id (capped at H)
   int run = 0;
-  if constexpr (kMasked) {
+  if constexpr (kMasked && !kIds) {
     const int32_t id0 = ids.Id(ts);
     for (int k = 1; k <= H && ids.Id(ts - k) == id0; ++k) run = k;
   }
+  ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t
+  if constexpr (kIds) idw.Start(ids, ts);
   int buf = 0;
   for (int64_t t = ts; t < te; t += U, buf ^= 1) {
     if (t + U < te) {  // prefetch the next group, then wait for this one
@@ -88,7 +92,10 @@ __global__ void __launch_bounds__(kClX * kClY)
       for (int c = 0; c < kV; ++c) xt[c] = xr[c];
       bool live = true, clean = true;
       int32_t id = 0;
-      if constexpr (kMasked) {
+      if constexpr (kIds) {
+        idw.Next(ids, tt);
+        live = idw.id[H] >= 0;
+      } else if constexpr (kMasked) {
         id = ids.Id(tt);
         if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
         clean = run >= H && id >= 0;
@@ -97,7 +104,10 @@ __global__ void __launch_bounds__(kClX * kClY)
 #pragma unroll
       for (int c = 0; c < kV; ++c) {
         float acc = bias[c] + w[H][c] * xt[c];
-        if (clean) {
+        if constexpr (kIds) {  // (a select: an input of another sequence is never multiplied)
+#pragma unroll
+          for (int k = 0; k < H; ++k) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
+        } else if (clean) {
 #pragma unroll
           for (int k = 0; k < H; ++k)
             if (!kBucket || k >= pad) acc += w[k][c] * win[k][c];
@@ -129,9 +139,10 @@ template <typename T, int kW>
 cudaError_t Launch(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
   constexpr int kV = ClFwdVec(sizeof(T), kW);
   const size_t smem = size_t(2) * (a.residual ? 2 : 1) * kStage * kClX * kClY * kV * sizeof(T);
-  const bool masked = a.mode != SegmentMode::kRow;
-  return LaunchWithSmem(masked ? FwdClRowKernel<T, kW, true> : FwdClRowKernel<T, kW, false>,
-                        ClBlocks(a.batch, nchunk, a.dim, kV), dim3(kClX, kClY), smem, stream, a, nchunk);
+  return WithClMask<kW>(a, [&](auto mask) {
+    return LaunchWithSmem(FwdClRowKernel<T, kW, decltype(mask)::value>, ClBlocks(a.batch, nchunk, a.dim, kV),
+                          dim3(kClX, kClY), smem, stream, a, nchunk);
+  });
 }
 
 template <typename T>

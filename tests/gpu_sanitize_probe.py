@@ -4,12 +4,14 @@ kernel), compared with the CPU kernels, small enough to run under
 compute-sanitizer:
 
     compute-sanitizer --tool memcheck python3 tests/gpu_sanitize_probe.py [PART NPARTS [wide]]
+    compute-sanitizer --tool racecheck python3 tests/gpu_sanitize_probe.py --cases 25,26,28
 
 A fault leaves the process's CUDA context unusable, so the cases can be split
 into NPARTS processes (this one runs every NPARTS-th case from PART): one
 faulty kernel then hides only the cases after it in its own part. `wide`
 keeps only the convolutions at W > 12 (both wide families, the tensor-core
-forwards and the tile family's wide widths), for the slower racecheck and synccheck.
+forwards and the tile family's wide widths), for the slower racecheck and synccheck;
+`--cases` runs the cases of those indices into CASES (the order they are added in).
 """
 import inspect
 import sys
@@ -24,7 +26,8 @@ cpu = jax.devices("cpu")[0]
 # (channels-last decode in the public API: present once the serving work lands)
 CL_DECODE = "channels_last" in inspect.signature(jcc.causal_conv1d_update).parameters
 rng = np.random.default_rng(0)
-PART, NPARTS = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else (0, 1)
+PICKED = [int(v) for v in sys.argv[2].split(",")] if sys.argv[1:2] == ["--cases"] else None
+PART, NPARTS = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 and PICKED is None else (0, 1)
 CASES = []  # (what, thunk)
 
 
@@ -74,6 +77,8 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (2, 16, 4616), 40, True, "seq"),     # channels-last mma forward + wide backward, masked, 2 spans
     (jnp.float32, (1, 8, 1000), 17, True, "states"),    # channels-last wide, 32-byte rows, partial chunk
     (jnp.float32, (1, 8, 1048), 256, True, "seq"),      # channels-last wide, widest, most shared memory
+    (jnp.bfloat16, (2, 64, 700), 4, True, "seq"),       # channels-last rows, seq_idx by selects (W <= 8), chunks
+    (jnp.float32, (1, 8, 300), 2, True, "seq"),         # the same, float32, 2 channels a thread
 ]
 def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)
@@ -172,7 +177,7 @@ for cl in (False, True) if CL_DECODE else ():
         f = jax.jit(lambda x: jcc.causal_conv1d_varlen_states(x, cu, 6, channels_last=cl))
         agree(f(xv), f(jax.device_put(xv, cpu)), jnp.float32, ("varlen_states", cl))
 
-mine = CASES[PART::NPARTS]
+mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]
 for i, (what, fn) in enumerate(mine):
