@@ -37,7 +37,7 @@ def load(src: str = DEFAULT_SRC):
     build = os.environ.get("JCC_DAO_BUILD") or os.path.join(src, f"build-{arch}")
     os.makedirs(build, exist_ok=True)
     # the flags of its own setup.py, for one architecture
-    load_extension(
+    ext = load_extension(
         name="causal_conv1d_cuda", sources=[os.path.join(src, "csrc", f) for f in _SOURCES],
         extra_cflags=["-O3"], build_directory=build, verbose=False,
         extra_cuda_cflags=["-O3", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
@@ -45,6 +45,7 @@ def load(src: str = DEFAULT_SRC):
                            "-U__CUDA_NO_BFLOAT162_OPERATORS__", "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
                            "--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math",
                            f"-gencode=arch=compute_{arch},code=sm_{arch}"])
+    sys.modules["causal_conv1d_cuda"] = ext  # (load() imports it without registering the name)
     sys.path.insert(0, src)
     import causal_conv1d
     return causal_conv1d
