@@ -16,6 +16,7 @@
 // are left to StatesGradKernel.
 #include "launchers.h"
 #include "stream.cuh"
+#include "stream_ids.cuh"
 
 namespace jcc::cuda {
 namespace {
@@ -155,15 +156,8 @@ __global__ void __launch_bounds__(kStreamThreads)
     }
   }
 
-  // Warp reduction (a fixed butterfly), then lane k writes tap k's partial.
-  float mine = 0.f;
-#pragma unroll
-  for (int k = 0; k <= kW; ++k) {
-    float s = part[k];
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
-    if (lane == k) mine = s;
-  }
+  // Warp reduction, then lane k writes tap k's partial.
+  const float mine = WarpTapSums<kW>(part, lane);
   // slot k < kW is tap k - pad (k >= pad); slot kW the bias, index W
   const int idx = lane == kW ? W : lane - pad;
   if (lane <= kW && (lane == kW || lane >= pad)) {
@@ -174,13 +168,170 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
 }
 
+// seq_idx at W <= 8 with the ids shared by kIdChannels channels a warp
+// (stream.cuh): the mask words of one chunk (a span is one chunk) are made
+// once; then each channel runs BwdStreamKernel's pass, a warp step whose
+// words are not all set through selects, and writes its partial
+// dweight/dbias to ws as BwdStreamKernel does.
+// (3 blocks an SM asked of the compiler: unbounded it takes all 255
+// registers at some widths, for 2.)
+template <typename T, int kW>
+__global__ void __launch_bounds__(kStreamThreads, 3)
+    BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
+  using S = Stream<T>;
+  constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
+  static_assert(kW <= 8, "the mask words hold widths up to 8");
+  const IdPlace pl = LocateIdStream(a, spans_per_row);
+  if (!pl.live) return;  // whole warps
+  const int lane = threadIdx.x & 31;
+  const int64_t L = a.len, c0 = pl.span * S::kChunk, b = pl.b;
+  const int32_t hist = HistoryId(a, b);
+  const bool before = kQ > 0 && lane >= 32 - kQ;
+  const int64_t t_before = c0 - (32 - lane) * N;
+  // The words wait in shared memory while the channels run (each lane
+  // reads back only its own: no barrier), plain bits in registers.
+  using Masks = ChunkMasks<N, kH, V, true>;
+  using Word = typename Masks::Word;
+  __shared__ Word tap_words[kStreamWarps][Masks::kG][32], dx_words[kStreamWarps][V][32];
+  uint32_t tap_plain, dx_plain;
+  {
+    Masks m;
+    LoadChunkMasks(a, b, c0, hist, lane, m);
+    const int warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int j = 0; j < Masks::kG; ++j) tap_words[warp][j][lane] = m.tap[j];
+#pragma unroll
+    for (int j = 0; j < V; ++j) dx_words[warp][j][lane] = m.dx[j];
+    tap_plain = m.tap_plain, dx_plain = m.dx_plain;
+  }
+  const Word(&my_tap)[Masks::kG][32] = tap_words[threadIdx.x >> 5];
+  const Word(&my_dx)[V][32] = dx_words[threadIdx.x >> 5];
+  const bool silu = a.act == Activation::kSilu;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const int64_t part = b * spans_per_row + pl.span;  // (BwdStreamKernel's grp * nparts + partidx)
+
+#pragma unroll 1  // (one channel's vectors in registers at a time)
+  for (int ch = 0; ch < kIdChannels; ++ch) {
+    const int64_t d = pl.d0 + ch;
+    if (d >= a.dim) break;  // (warp-uniform)
+    const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
+    const int64_t row = a.io_layout().At(b, d, 0);
+    const T* dyrow = static_cast<const T*>(a.dy) + row;
+    T* dxrow = static_cast<T*>(a.dx) + row;
+    // All loads first, as BwdStreamKernel's.
+    uint4 xr[V + 2], dyr[V + 1];
+    xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
+#pragma unroll
+    for (int j = 0; j <= V; ++j) {
+      const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+      const bool ok = t < L && (j < V || lane < kQ);
+      xr[j + 1] = ok ? LoadRaw16(xrow + t) : zero;
+      dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
+    }
+    float w[kW];
+    const float bias = LoadStreamTaps<kW>(a, b, d, 0, w);
+    float sums[kW + 1] = {};  // partial dweight and dbias (index kW)
+
+    // g of vector j (j == V: the vector after the chunk, lanes < kQ) and for
+    // j < V its share of dweight/dbias. Every lane calls it.
+    auto g_of = [&](int j, float (&g)[N]) {
+      float cur[N], prev[N], h[kHs], dyv[N];
+      Unpack<T, N>(xr[j + 1], cur);
+      Unpack<T, N>(xr[j], prev);
+      LeftHalo<N, kH>(cur, prev, lane, h);
+      Unpack<T, N>(dyr[j], dyv);
+      const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+#pragma unroll
+      for (int n = 0; n < N; ++n) g[n] = 0.f;
+      if (p0 >= L || (j == V && lane >= kQ)) return;
+      float win[kH + N];  // win[i] is the input at step p0 - kH + i
+#pragma unroll
+      for (int i = 0; i < kH; ++i) win[i] = h[i];
+#pragma unroll
+      for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+      if ((tap_plain >> j) & 1) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          g[n] = silu ? ActGrad(TapSum(w, win, n, 0, bias), dyv[n], true) : dyv[n];
+          if (j < V) {
+#pragma unroll
+            for (int k = 0; k < kW; ++k) sums[k] += g[n] * win[n + k];
+            sums[kW] += g[n];
+          }
+        }
+      } else {  // (padding outputs: g = 0 and no share)
+        const Word mj = my_tap[j][lane];
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          const bool live = (mj >> (N * kH + n)) & 1;
+          g[n] = !live ? 0.f : silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
+          if (j < V && live) {
+#pragma unroll
+            for (int k = 0; k < kH; ++k) sums[k] += g[n] * ((mj >> (n * kH + k)) & 1 ? win[n + k] : 0.f);
+            sums[kH] += g[n] * win[kH + n];
+            sums[kW] += g[n];
+          }
+        }
+      }
+    };
+
+    float gcur[N], gnext[N];
+    g_of(0, gcur);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      g_of(j + 1, gnext);
+      float r[kHs];
+      RightHalo<N, kH>(gcur, gnext, lane, r);
+      const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+      if (p0 < L) {
+        float gw[N + kH];  // gw[i] is g at step p0 + i
+#pragma unroll
+        for (int n = 0; n < N; ++n) gw[n] = gcur[n];
+#pragma unroll
+        for (int q = 0; q < kH; ++q) gw[N + q] = r[q];
+        // dx[n] = sum over the outputs that take input n (output n + kH - k
+        // by its tap k) of their own sequence; padding inputs 0
+        float dx[N];
+        const Word mj = my_dx[j][lane];
+        auto dxs = [&](auto plain) {  // (two call sites: the plain one has no test)
+#pragma unroll
+          for (int n = 0; n < N; ++n) {
+            float acc = w[kH] * gw[n];
+#pragma unroll
+            for (int k = 0; k < kH; ++k)
+              acc += w[k] * (plain.value || ((mj >> (n * kH + k)) & 1) ? gw[n + kH - k] : 0.f);
+            dx[n] = plain.value || ((mj >> (N * kH + n)) & 1) ? acc : 0.f;
+          }
+        };
+        if ((dx_plain >> j) & 1)
+          dxs(std::true_type{});
+        else
+          dxs(std::false_type{});
+        StoreVec<T, N>(dxrow + p0, dx);
+      }
+#pragma unroll
+      for (int n = 0; n < N; ++n) gcur[n] = gnext[n];
+    }
+
+    const float mine = WarpTapSums<kW>(sums, lane);
+    if (lane <= kW) ws[(part * a.dim + d) * (kW + 1) + lane] = mine;
+  }
+}
+
 template <typename T, int kW>
 cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   const unsigned blocks = unsigned(StreamBlocks(a, p.nchunk));
-  if (a.mode == SegmentMode::kSeqIdx)
-    BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
-  else
+  if (a.mode != SegmentMode::kSeqIdx) {
     BwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
+  } else if constexpr (kW <= 8) {
+    if (p.shared_ids)  // (then one chunk a span)
+      BwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(a, p.nchunk, ws);
+    else
+      BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
+  } else {
+    BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
+  }
   return cudaGetLastError();
 }
 

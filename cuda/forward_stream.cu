@@ -9,6 +9,7 @@
 // (padding outputs are 0 before the residual).
 #include "launchers.h"
 #include "stream.cuh"
+#include "stream_ids.cuh"
 
 namespace jcc::cuda {
 namespace {
@@ -103,31 +104,110 @@ __global__ void __launch_bounds__(kStreamThreads)
   }
 }
 
+// (Blocks an SM asked of the compiler: without a bound it takes registers
+// that leave room for 4; from W = 5 on the mask words need more than 6
+// blocks' share without spilling.)
 template <typename T, int kW>
-cudaError_t LaunchStream(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
-  const unsigned blocks = unsigned(StreamBlocks(a, spans_per_row));
-  if (a.mode == SegmentMode::kSeqIdx)
-    FwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, spans_per_row);
-  else
-    FwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, spans_per_row);
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
+    FwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row) {
+  using S = Stream<T>;
+  constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
+  static_assert(kW <= 8, "the mask words hold widths up to 8");
+  const IdPlace pl = LocateIdStream(a, spans_per_row);
+  if (!pl.live) return;  // whole warps
+  const int lane = threadIdx.x & 31;
+  const int64_t L = a.len, c0 = pl.span * S::kChunk, b = pl.b, d0 = pl.d0;
+  const int32_t hist = HistoryId(a, b);
+  const bool before = kQ > 0 && lane >= 32 - kQ;
+  const int64_t t_before = c0 - (32 - lane) * N;
+  ChunkMasks<N, kH, V, false> m;
+  LoadChunkMasks(a, b, c0, hist, lane, m);
+
+  const bool silu = a.act == Activation::kSilu;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll 1  // (one channel's vectors in registers at a time)
+  for (int ch = 0; ch < kIdChannels; ++ch) {
+    const int64_t d = d0 + ch;
+    if (d >= a.dim) break;  // (warp-uniform)
+    const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
+    const int64_t row = a.io_layout().At(b, d, 0);
+    const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
+    T* yrow = static_cast<T*>(a.y) + row;
+    // All loads first, as FwdStreamKernel's.
+    uint4 xr[V + 1], rr[V];
+    xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+      xr[j + 1] = t < L ? LoadRaw16(xrow + t) : zero;
+      rr[j] = res && t < L ? LoadRaw16(res + t) : zero;
+    }
+    float w[kW];
+    const float bias = LoadStreamTaps<kW>(a, b, d, 0, w);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float cur[N], prev[N], h[kHs];
+      Unpack<T, N>(xr[j + 1], cur);
+      Unpack<T, N>(xr[j], prev);
+      LeftHalo<N, kH>(cur, prev, lane, h);  // (every lane: shuffles)
+      const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+      if (p0 >= L) continue;
+      float win[kH + N];  // win[i] is the input at step p0 - kH + i
+#pragma unroll
+      for (int i = 0; i < kH; ++i) win[i] = h[i];
+#pragma unroll
+      for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+      float out[N];
+      if ((m.tap_plain >> j) & 1) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, 0, bias), silu);
+      } else {
+        const auto mj = m.tap[j];
+#pragma unroll
+        for (int n = 0; n < N; ++n)  // (padding: 0)
+          out[n] = (mj >> (N * kH + n)) & 1 ? Activate(MaskedTapSum<N, kH>(w, win, n, mj, bias), silu) : 0.f;
+      }
+      if (res) {
+        float r[N];
+        Unpack<T, N>(rr[j], r);
+#pragma unroll
+        for (int n = 0; n < N; ++n) out[n] += r[n];
+      }
+      StoreVec<T, N>(yrow + p0, out);
+    }
+  }
+}
+
+template <typename T, int kW>
+cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+  const int64_t spans = p.spans_per_row;
+  const unsigned blocks = unsigned(StreamBlocks(a, spans));
+  if (a.mode != SegmentMode::kSeqIdx) {
+    FwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, spans);
+  } else if constexpr (kW <= 8) {
+    if (p.shared_ids)
+      FwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, spans)), kStreamThreads, 0, stream>>>(a, spans);
+    else
+      FwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, spans);
+  } else {
+    FwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, spans);
+  }
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
-  return WithWidthBucket(int(a.width), [&](auto w) {
-    return LaunchStream<T, decltype(w)::value>(a, spans_per_row, stream);
-  });
+cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+  return WithWidthBucket(int(a.width), [&](auto w) { return LaunchStream<T, decltype(w)::value>(a, p, stream); });
 }
 
 }  // namespace
 
-int64_t StreamSpans(const ConvArgs& a, bool backward, int64_t* chunks_per_span) {
+int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chunks_per_span) {
   const int64_t steps = a.x_dtype == DType::kF32 ? Stream<float>::kChunk : Stream<__half>::kChunk;
   const int64_t per_row = CeilDiv(a.len, steps), rows = a.batch * a.dim;
-  int64_t k = 1;
-  if (backward)  // spans of chunks, as long as >= 32768 warps remain
-    while (2 * k <= 4 && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768) k *= 2;
+  int64_t k = 1;  // spans of chunks, as long as >= 32768 warps remain
+  while (2 * k <= max_chunks_per_span && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768) k *= 2;
   *chunks_per_span = k;
   const int64_t spans = CeilDiv(per_row, k);
   return StreamBlocks(a, spans) <= INT32_MAX ? spans : 0;
@@ -135,7 +215,7 @@ int64_t StreamSpans(const ConvArgs& a, bool backward, int64_t* chunks_per_span) 
 
 cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   return WithFloatType(a.x_dtype, cudaErrorNotSupported,
-                       [&](auto t) { return LaunchT<decltype(t)>(a, p.spans_per_row, stream); });
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p, stream); });
 }
 
 }  // namespace jcc::cuda

@@ -61,6 +61,7 @@ struct ForwardPlan {
   enum Family { kNone, kStream, kMma, kWide, kMmaCl, kWideCl, kClRow, kTile } family = kNone;
   int64_t spans_per_row = 0;  // kStream: warp chunks per row; kMma(Cl), kWide(Cl): spans per row
   int64_t nchunk = 0;         // kClRow: time chunks per row
+  bool shared_ids = false;    // kStream: seq_idx W <= 8 by FwdStreamIdsKernel (stream_ids.cuh)
 };
 
 struct BackwardPlan {
@@ -69,6 +70,7 @@ struct BackwardPlan {
   int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
   int64_t nparts = 0;   // partial sums per (weight group, channel)
+  bool shared_ids = false;  // kStream: seq_idx W <= 8 by BwdStreamIdsKernel (stream_ids.cuh; one chunk a span)
 };
 
 ForwardPlan PlanForward(const ConvArgs& a);
@@ -89,7 +91,7 @@ cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, c
 cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 
 // Plan pieces each family computes for itself (0 / kNone: it does not fit).
-int64_t StreamSpans(const ConvArgs& a, bool backward, int64_t* chunks_per_span);
+int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chunks_per_span);
 int64_t WideSpans(const ConvArgs& a);  // spans per row, either wide family
 constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family
 int64_t ClRowChunks(const ConvArgs& a, bool backward);

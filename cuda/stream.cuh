@@ -101,28 +101,29 @@ __device__ __forceinline__ uint4 LoadVectorBefore(const ConvArgs& a, const T* xr
 // h[i] = the input at step p0 - kH + i (kH = kW - 1) for this lane's vector
 // with elements `cur` (vector j) and `prev` (vector j - 1): from lane l - q
 // by one shuffle per value. Every lane calls it (shuffles are warp-wide).
-template <int N, int kH>
-__device__ __forceinline__ void LeftHalo(const float (&cur)[N], const float (&prev)[N], int lane,
-                                         float (&h)[kH > 0 ? kH : 1]) {
+// (E: float inputs, or int32 ids.)
+template <int N, int kH, typename E>
+__device__ __forceinline__ void LeftHalo(const E (&cur)[N], const E (&prev)[N], int lane,
+                                         E (&h)[kH > 0 ? kH : 1]) {
 #pragma unroll
   for (int i = 0; i < kH; ++i) {
     const int o = kH - i;             // steps before the vector
     const int q = (o + N - 1) / N;    // lanes back
     const int e = q * N - o;          // element of that lane's vector
-    const float offer = lane >= 32 - q ? prev[e] : cur[e];
+    const E offer = lane >= 32 - q ? prev[e] : cur[e];
     h[i] = __shfl_sync(kFullMask, offer, (lane - q) & 31);
   }
 }
 
 // r[m] = g at step p0 + N + m (m < kH) for this lane's vector, from lane
 // l + q: its vector j (`cur`) or, past lane 31, vector j + 1 (`next`).
-template <int N, int kH>
-__device__ __forceinline__ void RightHalo(const float (&cur)[N], const float (&next)[N], int lane,
-                                          float (&r)[kH > 0 ? kH : 1]) {
+template <int N, int kH, typename E>
+__device__ __forceinline__ void RightHalo(const E (&cur)[N], const E (&next)[N], int lane,
+                                          E (&r)[kH > 0 ? kH : 1]) {
 #pragma unroll
   for (int m = 0; m < kH; ++m) {
     const int q = 1 + m / N, e = m % N;
-    const float offer = lane < q ? next[e] : cur[e];
+    const E offer = lane < q ? next[e] : cur[e];
     r[m] = __shfl_sync(kFullMask, offer, (lane + q) & 31);
   }
 }
@@ -234,6 +235,21 @@ __device__ __forceinline__ void WithStepIds(bool plain, const ConvArgs& a, int64
     LoadIdWindow<N, kFrom>(a, b, p0, hist, ids);
     f(ids);
   }
+}
+
+// The warp's sums of part[0 .. kW] (a fixed butterfly, so the same bits
+// every run): lane k's return value is sum k.
+template <int kW>
+__device__ __forceinline__ float WarpTapSums(const float (&part)[kW + 1], int lane) {
+  float mine = 0.f;
+#pragma unroll
+  for (int k = 0; k <= kW; ++k) {
+    float s = part[k];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
+    if (lane == k) mine = s;
+  }
+  return mine;
 }
 
 }  // namespace jcc::cuda

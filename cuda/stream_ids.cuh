@@ -1,0 +1,158 @@
+// The streaming kernels' seq_idx path at W <= 8 with the ids shared by
+// channels (FwdStreamIdsKernel, BwdStreamIdsKernel; on trial, see
+// dispatch.cu's SharedIds).
+//
+// A warp takes kIdChannels channels of one batch row over the same chunk. It
+// first turns the ids of its vectors into one mask word per vector
+// (TapMaskWord; the backward's dx also DxMaskWord), then runs the plain
+// streaming pass channel after channel; a vector whose masks are not all
+// set, warp-wide, takes its taps through selects (an input of another
+// sequence is never multiplied). The ids are read once per kIdChannels
+// channels, and no id is held while the channels run.
+#pragma once
+
+#include <type_traits>
+
+#include "stream.cuh"
+
+namespace jcc::cuda {
+
+constexpr int kIdChannels = 4;
+
+__host__ __device__ __forceinline__ int64_t IdGroupsPerRow(int64_t dim) {
+  return CeilDiv(dim, int64_t(kStreamWarps) * kIdChannels);
+}
+
+__host__ __device__ __forceinline__ int64_t IdStreamBlocks(const ConvArgs& a, int64_t spans_per_row) {
+  return a.batch * IdGroupsPerRow(a.dim) * spans_per_row;
+}
+
+// Where a warp of these kernels works: batch row b, channels d0 ..
+// d0 + kIdChannels - 1 (those below dim), chunk `span` of the row. `live`:
+// d0 < dim (no barrier in these kernels: a dead warp returns).
+struct IdPlace {
+  int64_t b, d0, span;
+  bool live;
+};
+
+__device__ __forceinline__ IdPlace LocateIdStream(const ConvArgs& a, int64_t spans_per_row) {
+  const int64_t groups = IdGroupsPerRow(a.dim), blk = blockIdx.x;
+  const int64_t row_block = blk / spans_per_row, span = blk - row_block * spans_per_row;
+  const int64_t b = row_block / groups, grp = row_block - b * groups;
+  const int64_t d0 = (grp * kStreamWarps + (threadIdx.x >> 5)) * kIdChannels;
+  return {b, d0, span, d0 < a.dim};
+}
+
+// A vector's mask word: bit n kH + k for tap k < kH of output (or input) n,
+// bit N kH + n for output (input) n not padding; kAll: no bit masks.
+template <int N, int kH>
+struct IdMask {
+  static constexpr int kBits = N * kH + N;
+  using Word = std::conditional_t<(kBits <= 32), uint32_t, unsigned long long>;
+  static constexpr Word kAll = kBits == 8 * int(sizeof(Word)) ? ~Word(0) : (Word(1) << kBits) - 1;
+};
+
+// Keeps a word one register: without it the compiler keeps every bit's
+// compare live until its use instead.
+__device__ __forceinline__ void Opaque(uint32_t& v) { asm volatile("" : "+r"(v)); }
+__device__ __forceinline__ void Opaque(unsigned long long& v) { asm volatile("" : "+l"(v)); }
+
+// The taps' word of a vector with ids cur (steps p0 ..; prev: this lane's
+// vector before, for LeftHalo): bit n kH + k when the input tap k of output
+// n reads (step p0 + n - kH + k) has the output's id, bit N kH + n when
+// output n is not padding. Every lane calls it (shuffles).
+template <int N, int kH>
+__device__ __forceinline__ typename IdMask<N, kH>::Word TapMaskWord(const int32_t (&cur)[N],
+                                                                    const int32_t (&prev)[N], int lane) {
+  using Word = typename IdMask<N, kH>::Word;
+  int32_t h[kH > 0 ? kH : 1];  // h[i]: the id of step p0 - kH + i
+  LeftHalo<N, kH>(cur, prev, lane, h);
+  Word m = 0;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int k = 0; k < kH; ++k) m |= Word((n + k < kH ? h[n + k] : cur[n + k - kH]) == cur[n]) << (n * kH + k);
+    m |= Word(cur[n] >= 0) << (N * kH + n);
+  }
+  Opaque(m);
+  return m;
+}
+
+// The dx word of a vector with ids cur (next: this lane's vector after, for
+// RightHalo): bit n kH + k (k < kH) when the output whose tap k reads input
+// n (step p0 + n + kH - k) has input n's id, bit N kH + n when input n is
+// not padding (its dx is 0). Every lane calls it.
+template <int N, int kH>
+__device__ __forceinline__ typename IdMask<N, kH>::Word DxMaskWord(const int32_t (&cur)[N],
+                                                                   const int32_t (&next)[N], int lane) {
+  using Word = typename IdMask<N, kH>::Word;
+  int32_t r[kH > 0 ? kH : 1];  // r[m]: the id of step p0 + N + m
+  RightHalo<N, kH>(cur, next, lane, r);
+  Word m = 0;
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int k = 0; k < kH; ++k) {
+      const int i = n + kH - k;
+      m |= Word((i < N ? cur[i] : r[i - N]) == cur[n]) << (n * kH + k);
+    }
+    m |= Word(cur[n] >= 0) << (N * kH + n);
+  }
+  Opaque(m);
+  return m;
+}
+
+// The words of a chunk's vectors: tap[j] for vectors j < kG (the forward's
+// kG = V; the backward's V + 1: the vector after the chunk too, whose ids
+// the lanes < kQ load) and, kDx, dx[j] for j < V. Bit j of tap_plain /
+// dx_plain: every lane's word j is kAll or past the end (a plain step).
+template <int N, int kH, int V, bool kDx>
+struct ChunkMasks {
+  using Word = typename IdMask<N, kH>::Word;
+  static constexpr int kG = kDx ? V + 1 : V;
+  Word tap[kG], dx[kDx ? V : 1];
+  uint32_t tap_plain = 0, dx_plain = 0;
+};
+
+// Every lane calls it (shuffles).
+template <int N, int kH, int V, bool kDx>
+__device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int64_t c0, int32_t hist, int lane,
+                                               ChunkMasks<N, kH, V, kDx>& m) {
+  using M = IdMask<N, kH>;
+  constexpr int kQ = (kH + N - 1) / N, kG = ChunkMasks<N, kH, V, kDx>::kG;
+  int32_t prev[N], cur[N], next[N];
+  LoadStreamIds<N>(a, b, c0 - (32 - lane) * N, hist, kQ > 0 && lane >= 32 - kQ, prev);
+  LoadStreamIds<N>(a, b, c0 + lane * N, hist, true, cur);
+#pragma unroll
+  for (int j = 0; j < kG; ++j) {
+    const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+    const bool dead = p0 >= a.len || (j == V && lane >= kQ);
+    if (j + 1 < kG) LoadStreamIds<N>(a, b, p0 + 32 * N, hist, j + 1 < V || lane < kQ, next);
+    m.tap[j] = TapMaskWord<N, kH>(cur, prev, lane);
+    if (__all_sync(kFullMask, dead || m.tap[j] == M::kAll)) m.tap_plain |= 1u << j;
+    if constexpr (kDx) {
+      if (j < V) {
+        m.dx[j] = DxMaskWord<N, kH>(cur, next, lane);
+        if (__all_sync(kFullMask, dead || m.dx[j] == M::kAll)) m.dx_plain |= 1u << j;
+      }
+    }
+    if (j + 1 < kG) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) prev[n] = cur[n], cur[n] = next[n];
+    }
+  }
+}
+
+// Output n's pre-activation over the window win (win[n + k]: the input its
+// tap k reads) with tap mask word m: the taps of other sequences selected
+// away, never multiplied.
+template <int N, int kH, typename Word, int M>
+__device__ __forceinline__ float MaskedTapSum(const float (&w)[kH + 1], const float (&win)[M], int n, Word m,
+                                              float acc) {
+  acc += w[kH] * win[kH + n];
+#pragma unroll
+  for (int k = 0; k < kH; ++k) acc += w[k] * ((m >> (n * kH + k)) & 1 ? win[n + k] : 0.f);
+  return acc;
+}
+
+}  // namespace jcc::cuda

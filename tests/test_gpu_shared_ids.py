@@ -1,0 +1,76 @@
+"""The channels-first seq_idx kernels on trial (cuda/stream_ids.cuh; they
+run only with JCC_EXPERIMENTAL_SHARED_IDS=1, which the C++ dispatch reads at
+each call): every width they take (1..8) and dtype, GPU against the CPU
+kernels. Rows are whole 16-byte vectors (the streaming family), with
+channel counts that leave a partial group of 16, several chunks and a
+partial one, one-token segments across a chunk edge, padding in the middle
+and at the tail, ids that return, initial and final states, a vmapped
+weight. Goes when the kernels become the default (test_gpu.py then covers
+them)."""
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import jax_causal_conv as jcc
+
+from gpu_support import MARKS, check, grads, inputs
+
+pytestmark = MARKS
+
+
+@pytest.fixture(params=["1", "0"], ids=["trial", "default"])
+def shared_ids(request, monkeypatch):
+    monkeypatch.setenv("JCC_EXPERIMENTAL_SHARED_IDS", request.param)
+
+
+def packed_ids(rng, B, L):
+    ids = np.zeros((B, L), np.int32)
+    for r in range(B):
+        cuts = np.sort(rng.choice(np.arange(1, L), 6, replace=False))
+        ids[r] = np.searchsorted(cuts, np.arange(L), side="right")
+    ids[0, 1018:1030] = np.arange(50, 62)    # one-token segments across the bf16 chunk edge
+    ids[-1, 508:516] = np.arange(70, 78)     # and the float32 one
+    ids[:, L // 3: L // 3 + 9] = -1          # padding in the middle
+    ids[0, L // 2: L // 2 + 4] = ids[0, 0]   # an id that returns
+    ids[:, -13:] = -1                        # a padded tail
+    return jnp.asarray(ids)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_small_shared_ids(shared_ids, dtype, W):
+    rng = np.random.default_rng(W)
+    for (B, D, L) in [(2, 20, 2056), (1, 33, 1104), (3, 16, 520)]:
+        x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+        res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+        sidx = packed_ids(rng, B, L)
+
+        def f(x, w, b, r, h):
+            y1, s1 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                                       return_final_states=True, residual=r, backend="ffi")
+            y2 = jcc.causal_conv1d(x, w, b, seq_idx=sidx, backend="ffi")  # no activation, no states
+            return y1, s1, y2
+
+        check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, f"shared ids {B,D,L}")
+    wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
+    fv = jax.vmap(lambda x, w: jcc.causal_conv1d(x[None], w, b, activation="silu", seq_idx=sidx[:1],
+                                                 backend="ffi")[0])
+    check(grads(fv, (0, 1)), (x[:2], wv), dtype, "shared ids groups")
+
+
+@pytest.mark.parametrize("W", [2, 4, 8])
+def test_small_shared_ids_edge_table(shared_ids, W):
+    """tests/test_packed.py's edge rows (8 steps: one vector), as they are
+    and stretched to two chunks and a partial one."""
+    from test_packed import EDGE_ROWS
+    table = np.stack([np.asarray(EDGE_ROWS[k], np.int32) for k in sorted(EDGE_ROWS)])
+    rng = np.random.default_rng(W)
+    for ids in (table, np.repeat(table, 264, axis=1)):
+        x, w, b, init = inputs(rng, ids.shape[0], 24, ids.shape[1], W, "bfloat16", False)
+        sidx = jnp.asarray(ids)
+        f = lambda x, w, b, h: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                                                 return_final_states=True, backend="ffi")
+        check(grads(f, (0, 1, 2, 3)), (x, w, b, init), "bfloat16", f"shared ids edge table {ids.shape}")
