@@ -1,7 +1,7 @@
 """backend="auto" takes XLA's shifted sum in the cells where our kernel
-measured slower (routing.py: on a GPU; on the CPU the channels-last forward
-at W <= 2 without states); "ffi" still insists on the kernel, and every other
-cell takes the kernel."""
+measured slower (routing.py: on a GPU; on the CPU a forward that nothing
+differentiates at W <= 2 without states); "ffi" still insists on the kernel,
+and every other cell takes the kernel."""
 
 import jax
 import jax.numpy as jnp
@@ -41,16 +41,18 @@ def test_the_table():
 
 
 def test_the_cpu_table():
-    def c(mode, cl, final=False):
+    def c(mode, cl, final=False, differentiated=False):
         return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
-                          want_final=final, backend="auto")
-    assert [cpu_forward_wins(c(ROWS, True), W, False) for W in (1, 2, 3, 4, 64)] == \
-        [False, False, True, True, True]
-    assert [cpu_forward_wins(c(SEQ_IDX, True), W, False) for W in (1, 2, 3)] == [False, False, True]
-    # states, varlen, channels-first: the kernel
-    assert cpu_forward_wins(c(ROWS, True), 2, True) and cpu_forward_wins(c(ROWS, True, True), 2, False)
-    assert cpu_forward_wins(c(VARLEN, True), 2, False)
-    assert all(cpu_forward_wins(c(m, False), W, False) for m in (ROWS, SEQ_IDX) for W in (1, 2))
+                          want_final=final, backend="auto", differentiated=differentiated)
+    for cl in (False, True):
+        assert [cpu_forward_wins(c(ROWS, cl), W, False) for W in (1, 2, 3, 4, 64)] == \
+            [False, False, True, True, True]
+        assert [cpu_forward_wins(c(SEQ_IDX, cl), W, False) for W in (1, 2, 3)] == [False, False, True]
+        # states, varlen, a forward being differentiated: the kernel
+        assert cpu_forward_wins(c(ROWS, cl), 2, True) and cpu_forward_wins(c(ROWS, cl, True), 2, False)
+        assert cpu_forward_wins(c(VARLEN, cl), 2, False)
+        assert all(cpu_forward_wins(c(m, cl, differentiated=True), W, False)
+                   for m in (ROWS, SEQ_IDX) for W in (1, 2))
 
 
 def _calls(f, *args):
@@ -63,26 +65,29 @@ def _kernel_calls(f, *args):
     return _calls(f, *args)[0]
 
 
+@pytest.mark.parametrize("cl", [False, True])
 @pytest.mark.parametrize("W", [2, 3])
-def test_cpu_channels_last_short_forward_takes_xla(W):
+def test_cpu_short_forward_takes_xla_outside_training(W, cl):
     cpu = jax.devices("cpu")[0]
     rng = np.random.default_rng(0)
-    x = jax.device_put(jnp.asarray(rng.standard_normal((2, 40, 16)), jnp.float32), cpu)
+    x = jax.device_put(jnp.asarray(rng.standard_normal((2, 40, 16) if cl else (2, 16, 40)), jnp.float32), cpu)
     w = jax.device_put(jnp.asarray(rng.standard_normal((16, W)), jnp.float32), cpu)
     s = jax.device_put(jnp.asarray(np.repeat([[0, 1, -1, 2]], 10, axis=1).repeat(2, 0), jnp.int32), cpu)
 
     def conv(backend, seq=None, init=None):
         return lambda x, w: jcc.causal_conv1d(x, w, activation="silu", seq_idx=seq, initial_states=init,
-                                              channels_last=True, backend=backend)
+                                              channels_last=cl, backend=backend)
     routed = W <= 2
     assert _calls(conv("auto"), x, w) == (0 if routed else 1, 0)
     assert _calls(conv("auto", s), x, w) == (0 if routed else 1, 0)
     assert _calls(conv("ffi"), x, w) == (1, 0)
-    init = jnp.ones((2, W - 1, 16), jnp.float32)  # (channels-last states by default here)
+    init = jnp.ones((2, W - 1, 16) if cl else (2, 16, W - 1), jnp.float32)
     assert _calls(conv("auto", init=init), x, w) == (1, 0)  # states: the kernel
-    # a training step: the forward as routed, the backward on the kernel
+    # a training step keeps the kernel's forward (and the backward), routed or not
     step = lambda x, w: jax.value_and_grad(lambda x, w: jnp.sum(conv("auto", s)(x, w) ** 2), (0, 1))(x, w)  # noqa: E731
-    assert _calls(step, x, w) == (0 if routed else 1, 1)
+    assert _calls(step, x, w) == (1, 1)
+    # (a vjp too: its forward is the differentiated one)
+    assert _calls(lambda x, w: jax.vjp(conv("auto"), x, w)[0], x, w) == (1, 0)
     # the same values either way
     np.testing.assert_allclose(conv("auto", s)(x, w), conv("ffi", s)(x, w), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(conv("auto")(x, w), conv("ffi")(x, w), rtol=1e-5, atol=1e-5)

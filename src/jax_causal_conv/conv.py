@@ -5,6 +5,7 @@ pre-activation on the fly (a few FMAs per element) instead of storing it."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -22,7 +23,7 @@ def _conv(cfg, x, w, b, res, seq_idx, cu, init):
 
 
 def _conv_fwd(cfg, x, w, b, res, seq_idx, cu, init):
-    out = batching.forward(cfg, x, w, b, res, seq_idx, cu, init)
+    out = batching.forward(dataclasses.replace(cfg, differentiated=True), x, w, b, res, seq_idx, cu, init)
     return out, (x, w, b, res is not None, seq_idx, cu, init)
 
 

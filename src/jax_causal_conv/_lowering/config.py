@@ -22,6 +22,9 @@ class ConvConfig:
     states_channels_last: bool
     want_final: bool
     backend: str  # "auto" or "ffi"
+    # The forward of a call being differentiated (custom_vjp's fwd rule):
+    # backend="auto" may route a forward differently then (routing.py).
+    differentiated: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
