@@ -8,6 +8,7 @@ on demand:  JCC_HYPOTHESIS_PROFILE=long pytest tests/test_properties.py
 
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from hypothesis import strategies as st  # noqa: E402
 import jax_causal_conv as jcc  # noqa: E402
 from jax_causal_conv import reference  # noqa: E402
 
+import oracle  # noqa: E402
 from helpers import close  # noqa: E402
 
 settings.register_profile("ci", max_examples=10, deadline=None, derandomize=True,
@@ -67,6 +69,51 @@ def test_conv_property(B, D, L, W, dtype, cl, bias, act, mode, residual, n_seq, 
     close(y, yr, dtype, 1 + float(jnp.abs(yr.astype(jnp.float32)).max()))
     np.testing.assert_array_equal(np.asarray(f.astype(jnp.float32)), np.asarray(fr.astype(jnp.float32)))
     _passed("conv")
+
+
+@given(runs=st.lists(st.tuples(st.integers(1, 6), st.integers(-3, 4)), min_size=1, max_size=8),
+       B=st.sampled_from([1, 2]), D=st.sampled_from([1, 6]), W=st.sampled_from([1, 2, 3, 4, 5]),
+       dtype=st.sampled_from([jnp.float32, jnp.float64]), cl=st.booleans(), states=st.booleans(),
+       act=st.sampled_from([None, "silu"]), residual=st.booleans(), seed=st.integers(0, 2**31))
+def test_packed_property(runs, B, D, W, dtype, cl, states, act, residual, seed):
+    """Random seq_idx patterns: runs of ids that need not increase, may
+    return, and may be padding (negative, several different values), with
+    initial states for the row's first segment and final states of its last
+    one: the kernel against the reference and the float64 numpy loops of
+    tests/oracle.py; in float64 also every gradient against the reference's."""
+    row = np.concatenate([np.full(n, v, np.int32) for n, v in runs])
+    ids = np.stack([row, row[::-1]][:B])  # the second row: the runs reversed
+    L = ids.shape[1]
+    t = (lambda a: jnp.swapaxes(a, 1, 2)) if cl else (lambda a: a)
+    x = _arr(seed, (B, D, L), dtype)
+    w = _arr(seed + 1, (D, W), jnp.float32)
+    b = _arr(seed + 2, (D,), jnp.float32)
+    r = _arr(seed + 3, (B, D, L), dtype) if residual else None
+    h = _arr(seed + 4, (B, D, W - 1), dtype) if states else None
+    s = jnp.asarray(ids)
+
+    def conv(impl, x, w, b, r, h):
+        y, f = impl(t(x), w, b, activation=act, residual=None if r is None else t(r), seq_idx=s,
+                    initial_states=None if h is None else t(h), return_final_states=True, channels_last=cl)
+        return t(y), t(f)
+
+    ours = lambda *a: conv(lambda *p, **k: jcc.causal_conv1d(*p, backend="ffi", **k), *a)  # noqa: E731
+    y, f = ours(x, w, b, r, h)
+    yr, fr = conv(reference.causal_conv1d, x, w, b, r, h)
+    yo, fo = oracle.conv(x, w, b, act, r, ids, h)
+    scale = 1 + float(np.abs(yo).max())
+    for got, want in ((y, yr), (y, yo), (f, fr), (f, fo)):
+        close(got, jnp.asarray(want, dtype), dtype, scale)
+    if dtype == jnp.float64:  # gradients of every input
+        args = (x, w.astype(dtype), b.astype(dtype), r, h)
+        cot = _arr(seed + 5, (B, D, L), dtype), _arr(seed + 6, (B, D, W - 1), dtype)
+        loss = lambda impl: lambda *a: sum(jnp.sum(o * c) for o, c in zip(impl(*a), cot))  # noqa: E731
+        nums = tuple(i for i, a in enumerate(args) if a is not None)
+        g = jax.grad(loss(ours), nums)(*args)
+        gr = jax.grad(loss(lambda *a: conv(reference.causal_conv1d, *a)), nums)(*args)
+        for got, want in zip(g, gr):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-9)
+    _passed("packed")
 
 
 @given(lengths=st.lists(st.integers(0, 12), min_size=1, max_size=6), D=st.sampled_from([1, 9]),
