@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kStreamThreads)
 }
 
 // seq_idx at W <= 8 with the ids shared by kIdChannels channels a warp
-// (stream.cuh): the mask words of one chunk (a span is one chunk) are made
+// (stream_ids.cuh): the mask words of one chunk (a span is one chunk) are made
 // once; then each channel runs BwdStreamKernel's pass, a warp step whose
 // words are not all set through selects, and writes its partial
 // dweight/dbias to ws as BwdStreamKernel does.
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kStreamThreads, 3)
           g[n] = !live ? 0.f : silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
           if (j < V && live) {
 #pragma unroll
-            for (int k = 0; k < kH; ++k) sums[k] += g[n] * ((mj >> (n * kH + k)) & 1 ? win[n + k] : 0.f);
+            for (int k = 0; k < kH; ++k) sums[k] = (mj >> (n * kH + k)) & 1 ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
             sums[kH] += g[n] * win[kH + n];
             sums[kW] += g[n];
           }
@@ -299,8 +299,8 @@ __global__ void __launch_bounds__(kStreamThreads, 3)
           for (int n = 0; n < N; ++n) {
             float acc = w[kH] * gw[n];
 #pragma unroll
-            for (int k = 0; k < kH; ++k)
-              acc += w[k] * (plain.value || ((mj >> (n * kH + k)) & 1) ? gw[n + kH - k] : 0.f);
+            for (int k = 0; k < kH; ++k)  // (a select of the sum, as MaskedTapSum)
+              acc = plain.value || ((mj >> (n * kH + k)) & 1) ? fmaf(w[k], gw[n + kH - k], acc) : acc;
             dx[n] = plain.value || ((mj >> (N * kH + n)) & 1) ? acc : 0.f;
           }
         };

@@ -61,7 +61,8 @@ bool MmaFits(const ConvArgs& a) {
 // without a GPU at hand, they run only with JCC_EXPERIMENTAL_SHARED_IDS=1
 // in the environment until the GPU tests, the sanitizers and the timings
 // against the per-channel kernels have passed (docs/performance-log.md).
-// Read at each seq_idx call, so that one process can test both.
+// Read at each seq_idx call, so that one process can test both (a call
+// captured in a CUDA graph keeps what was read at capture).
 bool SharedIds(const ConvArgs& a) {
   if (a.mode != SegmentMode::kSeqIdx || a.width > 8) return false;
   const char* e = std::getenv("JCC_EXPERIMENTAL_SHARED_IDS");

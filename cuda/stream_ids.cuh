@@ -144,14 +144,15 @@ __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int
 }
 
 // Output n's pre-activation over the window win (win[n + k]: the input its
-// tap k reads) with tap mask word m: the taps of other sequences selected
-// away, never multiplied.
+// tap k reads) with tap mask word m: a tap of another sequence leaves acc
+// as it is (a select of the sum, so that neither a non-finite input there
+// nor a non-finite weight on it reaches the output, as in the reference).
 template <int N, int kH, typename Word, int M>
 __device__ __forceinline__ float MaskedTapSum(const float (&w)[kH + 1], const float (&win)[M], int n, Word m,
                                               float acc) {
-  acc += w[kH] * win[kH + n];
+  acc = fmaf(w[kH], win[kH + n], acc);
 #pragma unroll
-  for (int k = 0; k < kH; ++k) acc += w[k] * ((m >> (n * kH + k)) & 1 ? win[n + k] : 0.f);
+  for (int k = 0; k < kH; ++k) acc = (m >> (n * kH + k)) & 1 ? fmaf(w[k], win[n + k], acc) : acc;
   return acc;
 }
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 import jax_causal_conv as jcc
 
-from gpu_support import MARKS, check, grads, inputs
+from gpu_support import CPU, GPU, MARKS, REL, check, grads, inputs, rel_err, run
 
 pytestmark = MARKS
 
@@ -74,3 +74,32 @@ def test_small_shared_ids_edge_table(shared_ids, W):
         f = lambda x, w, b, h: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
                                                  return_final_states=True, backend="ffi")
         check(grads(f, (0, 1, 2, 3)), (x, w, b, init), "bfloat16", f"shared ids edge table {ids.shape}")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [2, 5, 8])
+def test_small_shared_ids_nonfinite_other_sequence(shared_ids, dtype, W):
+    """An Inf or NaN input stays in its own sequence: the next sequence's
+    outputs (and its dx, dweight) stay finite, as on the CPU."""
+    rng = np.random.default_rng(W)
+    B, D, L = 1, 20, 2056
+    x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
+    ids = np.zeros((B, L), np.int32)
+    ids[:, 1000:] = 1                       # a boundary near the bf16 chunk edge
+    ids[:, 1500:] = 2
+    xn = np.asarray(x.astype(jnp.float32))
+    xn[:, :, 999] = np.inf                  # last step of sequence 0
+    xn[:, :, 1499] = np.nan                 # last step of sequence 1
+    x = jnp.asarray(xn, x.dtype)
+    sidx = jnp.asarray(ids)
+    f = grads(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, backend="ffi"),
+              (0, 1, 2))
+    got, want = run(GPU, f, x, w, b), run(CPU, f, x, w, b)
+    y, (dx, dw, db) = got
+    assert np.isfinite(y[:, :, 1000:1499]).all() and np.isfinite(y[:, :, 1500:]).all()
+    # dx of sequence 1 up to the outputs that read its NaN; none of sequence 0's Inf
+    assert np.isfinite(dx[:, :, 1000:1500 - W]).all()
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.array_equal(np.isfinite(g), np.isfinite(e))
+        ok = np.isfinite(e)
+        assert rel_err(g[ok], e[ok]) <= REL[dtype]
