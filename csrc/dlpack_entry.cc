@@ -29,18 +29,22 @@ namespace {
 
 constexpr int32_t kCpu = nb::device::cpu::value;
 
-void CpuFwd(JCC_DLPACK_FWD_PARAMS) {
-  ConvArgs a = ForwardArgs(kCpu, JCC_DLPACK_FWD_NAMES);
+// Host tensors: varlen offsets are checked before the kernel reads them.
+void CheckVarlenOnHost(const ConvArgs& a) {
   if (a.mode == SegmentMode::kVarlen)
     Raise(CheckOffsetsOnHost(a.cu_seqlens, a.batch, a.num_seqs + 1, a.len));
+}
+
+void CpuFwd(JCC_DLPACK_FWD_PARAMS) {
+  ConvArgs a = ForwardArgs(kCpu, JCC_DLPACK_FWD_NAMES);
+  CheckVarlenOnHost(a);
   nb::gil_scoped_release release;
   cpu::Forward(a);
 }
 
 void CpuBwd(JCC_DLPACK_BWD_PARAMS) {
   ConvArgs a = BackwardArgs(kCpu, JCC_DLPACK_BWD_NAMES);
-  if (a.mode == SegmentMode::kVarlen)
-    Raise(CheckOffsetsOnHost(a.cu_seqlens, a.batch, a.num_seqs + 1, a.len));
+  CheckVarlenOnHost(a);
   nb::gil_scoped_release release;
   cpu::Backward(a);
 }

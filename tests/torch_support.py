@@ -173,35 +173,33 @@ class ChannelsLastDecodeEmulator(EntrySpy):
             out.copy_(tmp.transpose(1, 2))
 
 
+def _native_or_emulated(param, flag, emulator):
+    """The compiled CPU module as it is ("native"), or one whose `flag`
+    feature is on: the module spied on when it has the feature, else
+    `emulator` around it. A generator for the fixtures below."""
+    k = kernels.CPU
+    if param == "native":
+        yield k
+        return
+    real_mod, real_flag = k.mod, getattr(k, flag)
+    k.mod = EntrySpy(real_mod) if real_flag else emulator(real_mod)
+    setattr(k, flag, True)
+    try:
+        yield k
+    finally:
+        k.mod = real_mod
+        setattr(k, flag, real_flag)
+
+
 @pytest.fixture(params=["native", "emulated"])
 def compact_args(request):
     """The compiled CPU module as it is, and one that takes compact
     arguments (emulated when it does not)."""
-    k = kernels.CPU
-    if request.param == "native":
-        yield k
-        return
-    real_mod, real_flag = k.mod, k.compact_args
-    k.mod = EntrySpy(real_mod) if real_flag else CompactArgsEmulator(real_mod)
-    k.compact_args = True
-    try:
-        yield k
-    finally:
-        k.mod, k.compact_args = real_mod, real_flag
+    yield from _native_or_emulated(request.param, "compact_args", CompactArgsEmulator)
 
 
 @pytest.fixture(params=["native", "emulated"])
 def channels_last_decode(request):
     """The module the channel-last decode tests run on: the compiled one as
     it is, and one that takes channels_last (emulated when it does not)."""
-    k = kernels.CPU
-    if request.param == "native":
-        yield k
-        return
-    real_mod, real_flag = k.mod, k.channels_last_decode
-    k.mod = EntrySpy(real_mod) if real_flag else ChannelsLastDecodeEmulator(real_mod)
-    k.channels_last_decode = True
-    try:
-        yield k
-    finally:
-        k.mod, k.channels_last_decode = real_mod, real_flag
+    yield from _native_or_emulated(request.param, "channels_last_decode", ChannelsLastDecodeEmulator)

@@ -2,7 +2,8 @@
 # One development pass on the GPU machine, everything logged to $OUT:
 # build (sm_90), the GPU tests in three processes beside compute-sanitizer
 # memcheck on the probe, then the given commands (timings on an idle GPU).
-# TEST_FILES picks the test files (default tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_shared_ids.py).
+# TEST_FILES picks the test files (default tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_shared_ids.py);
+# SKIP_TESTS=1 skips the tests and memcheck (build, then the commands).
 #   tools/dev_run.sh "PYTEST_K" "cmd1" "cmd2" ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,26 +14,28 @@ bash tools/device_build.sh || exit 1
 K=${1:-}; shift || true
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 T=${TEST_TIMEOUT:-330}
-( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 ${TEST_FILES:-tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_shared_ids.py} ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  ( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 ${TEST_FILES:-tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_shared_ids.py} ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
+    for part in 0 1 2 3; do
+      timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
+        $part 4 > "$OUT/memcheck$part.log" 2>&1 &
+      sleep 6  # (compute-sanitizers started together often segfault at start)
+    done
+    wait )
+  # a part whose sanitizer died at start (no PROBE line) runs once more, alone
   for part in 0 1 2 3; do
-    timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
-      $part 4 > "$OUT/memcheck$part.log" 2>&1 &
-    sleep 6  # (compute-sanitizers started together often segfault at start)
+    grep -q "PROBE" "$OUT/memcheck$part.log" || timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 \
+      python3 tests/gpu_sanitize_probe.py $part 4 > "$OUT/memcheck$part.log" 2>&1
   done
-  wait )
-# a part whose sanitizer died at start (no PROBE line) runs once more, alone
-for part in 0 1 2 3; do
-  grep -q "PROBE" "$OUT/memcheck$part.log" || timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 \
-    python3 tests/gpu_sanitize_probe.py $part 4 > "$OUT/memcheck$part.log" 2>&1
-done
-echo "tests: $(tail -1 "$OUT/test_gpu.log") after $((SECONDS - t0)) s"
-grep -E "^(FAILED|ERROR)" "$OUT/test_gpu.log" | head -20
-grep -h -B2 -A12 "^_____" "$OUT/test_gpu.log" | grep -E "^E " | head -20
-for part in 0 1 2 3; do
-  log="$OUT/memcheck$part.log"
-  echo "memcheck $part: $(grep -m1 -E 'PROBE (OK|FAIL)' "$log") | $(grep -m1 'ERROR SUMMARY' "$log")"
-  grep -m3 -E "Invalid|Device Frame|Error:" "$log" | cut -c1-240
-done
+  echo "tests: $(tail -1 "$OUT/test_gpu.log") after $((SECONDS - t0)) s"
+  grep -E "^(FAILED|ERROR)" "$OUT/test_gpu.log" | head -20
+  grep -h -B2 -A12 "^_____" "$OUT/test_gpu.log" | grep -E "^E " | head -20
+  for part in 0 1 2 3; do
+    log="$OUT/memcheck$part.log"
+    echo "memcheck $part: $(grep -m1 -E 'PROBE (OK|FAIL)' "$log") | $(grep -m1 'ERROR SUMMARY' "$log")"
+    grep -m3 -E "Invalid|Device Frame|Error:" "$log" | cut -c1-240
+  done
+fi
 for cmd in "$@"; do
   echo "== $cmd"
   timeout 300 bash -c "$cmd" 2>&1 | grep -vE "^(WARNING|I0000|E0000|W0000)" | tail -60

@@ -1,4 +1,4 @@
-# Sourced by gpu_check.sh and dev_check.sh: gpu_test_parts SECONDS starts the
+# Sourced by gpu_check.sh: gpu_test_parts SECONDS starts the
 # GPU test suite as three background pytest processes (one GPU holds them all;
 # the tests are small), logs in $OUT/test_gpu_{1,2,3}.log. The caller waits.
 gpu_test_parts() {
