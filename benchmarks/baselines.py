@@ -23,7 +23,7 @@ import jax_causal_conv as jcc
 from jax_causal_conv.cli.progress import Progress
 from jax_causal_conv.cli.quick_bench import train_step
 
-from .report import add_row, emit, heading, run_meta, section_main, speed_table
+from .report import add_row, emit, run_meta, section_main, speed_section
 from .timing import batched, timeit
 
 W = 4
@@ -95,26 +95,21 @@ def bench_baselines(platform, log=print):
         t_copy = timeit(wrap(lambda x, *_: -x), xin, inner=n, **span)
         name = f"({B},{D},{L}) {jnp.dtype(dt).name}{' CL' if cl else ''}"
         for impl, fn in impls(cl).items():
-            try:
-                t_f = timeit(wrap(fn), xin, w, b, inner=n, **span)
-                t_s = timeit(jax.jit(train_step(fn)), x, w, b, g, **span)
-            except Exception as e:  # a baseline that does not run here
-                log(f"{name} {impl}: {type(e).__name__}: {e}")
-                continue
-            add_row(rows, log, name, impl, t_f, t_s, t_copy)
+            add_row(rows, log, name, impl, lambda fn=fn: (
+                timeit(wrap(fn), xin, w, b, inner=n, **span),
+                timeit(jax.jit(train_step(fn)), x, w, b, g, **span)), t_copy)
     return rows
 
 
 def markdown(meta, rows):
-    out = [heading(meta, "W=4 against the JAX baselines"), "",
-           "Median wall time per call; bias and SiLU on. 'train step' = the forward and the "
-           "gradients with respect to x, weight and bias, y returned beside them (`jax.vjp`). "
-           "'copy' is a same-size `-x` pass in the same run (each byte of x read and written "
-           "once); 'of copy bw' = copy time / forward time. 'ours faster' = that row's time / "
-           "ours, same shape (fwd / train step). Shapes under 64 MiB on a GPU: 16 independent "
-           "calls on 16 inputs in one program (forward and copy), time per call.", ""]
-    out += speed_table(rows, "ours")
-    return "\n".join(out) + "\n"
+    return speed_section(
+        meta, "W=4 against the JAX baselines",
+        "Median wall time per call; bias and SiLU on. 'train step' = the forward and the "
+        "gradients with respect to x, weight and bias, y returned beside them (`jax.vjp`). "
+        "'copy' is a same-size `-x` pass in the same run (each byte of x read and written "
+        "once); 'of copy bw' = copy time / forward time. 'ours faster' = that row's time / "
+        "ours, same shape (fwd / train step). Shapes under 64 MiB on a GPU: 16 independent "
+        "calls on 16 inputs in one program (forward and copy), time per call.", rows, "ours")
 
 
 def run_baselines(platform, output=None):

@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from .report import add_row, emit, heading, run_meta, section_main, speed_table
+from .report import add_row, emit, run_meta, section_main, speed_section
 
 
 def _shapes(device):
@@ -83,7 +83,7 @@ def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
         t_copy = _timeit(lambda: torch.neg(x), device, reps)
         name = f"({B},{D},{L}) {str(dt).replace('torch.', '')}{' CL' if cl else ''} torch"
         for impl, fn in impls.items():
-            try:
+            def measure(fn=fn):
                 with torch.no_grad():
                     t_f = _timeit(lambda: fn(x, w, b), device, reps)
                 xs, ws, bs = (t.detach().requires_grad_() for t in (x, w, b))
@@ -92,22 +92,19 @@ def torch_benchmarks(device="cpu", W=4, shapes=None, reps=None, log=print):
                     y = fn(xs, ws, bs)
                     return y, torch.autograd.grad(y, (xs, ws, bs), g)
 
-                t_s = _timeit(step, device, reps)
-            except Exception as e:  # a baseline that does not run here
-                log(f"{name} {impl}: {type(e).__name__}: {e}")
-                continue
-            add_row(rows, log, name, impl, t_f, t_s, t_copy)
+                return t_f, _timeit(step, device, reps)
+
+            add_row(rows, log, name, impl, measure, t_copy)
     return rows
 
 
 def markdown(meta, rows):
-    out = [heading(meta, "PyTorch, W=4"), "",
-           "Our kernels through `jax_causal_conv.torch` (DLPack) against `F.conv1d(groups=D)` + "
-           "SiLU; median wall time per call, each call waited for. 'train step' = forward and "
-           "`autograd.grad` with respect to x, weight and bias. 'copy' = a same-size `torch.neg`. "
-           "CL = Dao's channel-last (a transposed (B, L, D) tensor).", ""]
-    out += speed_table(rows, "torch adapter (ours)")
-    return "\n".join(out) + "\n"
+    return speed_section(
+        meta, "PyTorch, W=4",
+        "Our kernels through `jax_causal_conv.torch` (DLPack) against `F.conv1d(groups=D)` + "
+        "SiLU; median wall time per call, each call waited for. 'train step' = forward and "
+        "`autograd.grad` with respect to x, weight and bias. 'copy' = a same-size `torch.neg`. "
+        "CL = Dao's channel-last (a transposed (B, L, D) tensor).", rows, "torch adapter (ours)")
 
 
 def run_torch(platform, output=None, log=None):

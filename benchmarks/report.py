@@ -94,12 +94,24 @@ def append_records(path, records):
 # Rows of the baseline tables (baselines.py, bench_torch.py): one timed
 # implementation of one shape, fwd and training step, beside a copy yardstick.
 
-def add_row(rows, log, name, impl, t_fwd, t_step, t_copy):
-    """Records one timed implementation (seconds) as a table row, and logs it."""
+def add_row(rows, log, name, impl, measure, t_copy):
+    """Times one implementation (measure() -> fwd and step seconds) and records
+    it as a table row, logged; a baseline that does not run here is logged and
+    left out."""
+    try:
+        t_fwd, t_step = measure()
+    except Exception as e:  # a baseline that does not run here
+        log(f"{name} {impl}: {type(e).__name__}: {e}")
+        return
     rows.append(dict(shape=name, impl=impl, fwd_ms=t_fwd * 1e3, step_ms=t_step * 1e3,
                      copy_ms=t_copy * 1e3, frac=t_copy / t_fwd))
     log(f"{name:34s} {impl:22s} fwd {t_fwd*1e3:8.4f} ms  step {t_step*1e3:8.4f} ms  "
         f"copy {t_copy*1e3:8.4f} ms  ({t_copy / t_fwd:5.1%} of copy bw)")
+
+
+def speed_section(meta, title, text, rows, ours_impl):
+    """A baseline table's markdown: heading, what it measures, the table."""
+    return "\n".join([heading(meta, title), "", text, ""] + speed_table(rows, ours_impl)) + "\n"
 
 
 def speed_table(rows, ours_impl):
