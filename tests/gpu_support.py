@@ -2,6 +2,8 @@
 tolerances, random inputs, the GPU-against-CPU comparison and gradients
 through jax.vjp."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,11 +16,17 @@ try:
 except RuntimeError:
     GPU = None
 CPU = jax.devices("cpu")[0]
+# JCC_GPU_TESTS_ON_CPU=1: a dry run of the GPU tests with the CPU standing in
+# for the GPU (CPU against CPU), to find faults of the tests' own code before
+# spending device time on them. It proves nothing about the CUDA kernels.
+DRY_RUN = os.environ.get("JCC_GPU_TESTS_ON_CPU") == "1"
+if DRY_RUN:
+    GPU = CPU
 
 # pytestmark of a GPU test file
 MARKS = [
     pytest.mark.gpu,
-    pytest.mark.skipif(GPU is None or targets._jcc_cuda is None,
+    pytest.mark.skipif(not DRY_RUN and (GPU is None or targets._jcc_cuda is None),
                        reason="needs a CUDA GPU and _jcc_cuda"),
 ]
 

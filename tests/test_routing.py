@@ -13,7 +13,7 @@ from jax_causal_conv._lowering import targets
 from jax_causal_conv._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
 from jax_causal_conv._lowering.routing import cpu_forward_wins, gpu_kernel_wins
 
-from gpu_support import GPU, MARKS
+from gpu_support import DRY_RUN, GPU, MARKS
 
 
 def cfg(mode, cl):
@@ -109,6 +109,7 @@ def test_cpu_takes_the_kernel_past_w2(cl):
 
 @MARKS[0]
 @MARKS[1]
+@pytest.mark.skipif(DRY_RUN, reason="GPU routing (a dry run on the CPU)")
 def test_gpu_auto_routes_and_ffi_insists():
     g = GPU
     rng = np.random.default_rng(0)
