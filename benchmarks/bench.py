@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from jax_causal_conv.cli.bench_cmd import SECTIONS, add_arguments, resolve_platform
+from jax_causal_conv.cli.bench_options import SECTIONS, add_arguments, resolve_platform
 
 from . import matrix_cells as mc
 # The probes (benchmarks/probes/) import these helpers from here.

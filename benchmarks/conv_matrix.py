@@ -34,7 +34,7 @@ import numpy as np
 
 import jax_causal_conv as jcc
 from jax_causal_conv._lowering import targets
-from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
+from jax_causal_conv.cli.bench_options import add_arguments, resolve_platform
 from jax_causal_conv.cli.progress import Progress
 
 from . import matrix_cells as mc

@@ -29,7 +29,7 @@ import numpy as np
 from jax import lax
 
 import jax_causal_conv as jcc
-from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
+from jax_causal_conv.cli.bench_options import add_arguments, resolve_platform
 from jax_causal_conv.cli.progress import Progress
 
 from .report import emit, heading, md_table, run_meta

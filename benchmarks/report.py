@@ -12,8 +12,8 @@ import os
 import subprocess
 import sys
 
-from jax_causal_conv.cli.bench_cmd import add_arguments, resolve_platform
-from jax_causal_conv.cli.bench_cmd import emit, write_section  # noqa: F401  (re-exported)
+from jax_causal_conv.cli.bench_options import add_arguments, resolve_platform
+from jax_causal_conv.cli.bench_options import emit, write_section  # noqa: F401  (re-exported)
 
 
 def run_meta(platform):

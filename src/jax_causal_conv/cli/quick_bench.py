@@ -118,11 +118,11 @@ def markdown(res):
 
 
 def run(args) -> int:
-    from . import bench_cmd
+    from .bench_options import emit
     from .progress import Progress
     with Progress(len(WIDTHS) * len(IMPLS), "quick bench") as p:
         res = measure(args.platform, progress=p)
-    bench_cmd.emit(markdown(res), getattr(args, "output", None), f"{args.platform}-quick")
+    emit(markdown(res), getattr(args, "output", None), f"{args.platform}-quick")
     if getattr(args, "plot", None):
         print("bench --quick: no plot (the width plot comes from the full matrix, in a "
               "checkout)", file=sys.stderr)
