@@ -75,10 +75,8 @@ __global__ void __launch_bounds__(kStreamThreads)
     // seq_idx: as in the forward, a warp step whose windows all hold one
     // live id takes the plain taps, the others compare ids tap by tap.
     auto g_of = [&](int j, float (&g)[N]) {
-      float cur[N], prev[N], h[kHs], dyv[N];
-      Unpack<T, N>(xr[j + 1], cur);
-      Unpack<T, N>(xr[j], prev);
-      LeftHalo<N, kH>(cur, prev, lane, h);
+      float cur[N], h[kHs], dyv[N];
+      UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);
       Unpack<T, N>(dyr[j], dyv);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       const bool dead = p0 >= L || (j == V && lane >= kQ);
@@ -91,10 +89,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       for (int n = 0; n < N; ++n) g[n] = 0.f;
       if (dead) return;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
-#pragma unroll
-      for (int i = 0; i < kH; ++i) win[i] = h[i];
-#pragma unroll
-      for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+      InputWindow<N, kH>(h, cur, win);
       // g and the dweight/dbias shares over TapOn's taps (idw: the window's
       // ids, or none); padding outputs have g = 0 and no share
       auto grads = [&](const int32_t* idw) {
@@ -130,10 +125,7 @@ __global__ void __launch_bounds__(kStreamThreads)
       }
       if (p0 < L) {
         float gw[N + kH];  // gw[i] is g at step p0 + i
-#pragma unroll
-        for (int n = 0; n < N; ++n) gw[n] = gcur[n];
-#pragma unroll
-        for (int m = 0; m < kH; ++m) gw[N + m] = r[m];
+        GradWindow<N, kH>(gcur, r, gw);
         // dx over the outputs that take each input: all of them, or (idr:
         // the ids of steps p0 ..) those of the input's own live id
         float dx[N];
@@ -236,20 +228,15 @@ __global__ void __launch_bounds__(kStreamThreads, 3)
     // g of vector j (j == V: the vector after the chunk, lanes < kQ) and for
     // j < V its share of dweight/dbias. Every lane calls it.
     auto g_of = [&](int j, float (&g)[N]) {
-      float cur[N], prev[N], h[kHs], dyv[N];
-      Unpack<T, N>(xr[j + 1], cur);
-      Unpack<T, N>(xr[j], prev);
-      LeftHalo<N, kH>(cur, prev, lane, h);
+      float cur[N], h[kHs], dyv[N];
+      UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);
       Unpack<T, N>(dyr[j], dyv);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
 #pragma unroll
       for (int n = 0; n < N; ++n) g[n] = 0.f;
       if (p0 >= L || (j == V && lane >= kQ)) return;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
-#pragma unroll
-      for (int i = 0; i < kH; ++i) win[i] = h[i];
-#pragma unroll
-      for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+      InputWindow<N, kH>(h, cur, win);
       if ((tap_plain >> j) & 1) {
 #pragma unroll
         for (int n = 0; n < N; ++n) {
@@ -286,10 +273,7 @@ __global__ void __launch_bounds__(kStreamThreads, 3)
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       if (p0 < L) {
         float gw[N + kH];  // gw[i] is g at step p0 + i
-#pragma unroll
-        for (int n = 0; n < N; ++n) gw[n] = gcur[n];
-#pragma unroll
-        for (int q = 0; q < kH; ++q) gw[N + q] = r[q];
+        GradWindow<N, kH>(gcur, r, gw);
         // dx[n] = sum over the outputs that take input n (output n + kH - k
         // by its tap k) of their own sequence; padding inputs 0
         float dx[N];

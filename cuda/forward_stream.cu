@@ -63,16 +63,11 @@ __global__ void __launch_bounds__(kStreamThreads)
 
 #pragma unroll
   for (int j = 0; j < V; ++j) {
-    float cur[N], prev[N], h[kHs];
-    Unpack<T, N>(xr[j + 1], cur);
-    Unpack<T, N>(xr[j], prev);
-    LeftHalo<N, kH>(cur, prev, lane, h);  // (every lane: shuffles)
+    float cur[N], h[kHs];
+    UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
     const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
     float win[kH + N];  // win[i] is the input at step p0 - kH + i
-#pragma unroll
-    for (int i = 0; i < kH; ++i) win[i] = h[i];
-#pragma unroll
-    for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+    InputWindow<N, kH>(h, cur, win);
     float out[N];
     unsigned live = ~0u;  // bit n: output n is not padding
     // seq_idx: a warp whose windows all hold one live id takes the plain
@@ -94,12 +89,7 @@ __global__ void __launch_bounds__(kStreamThreads)
     WithStepIds<kMasked, N, -kH, kH + N>(plain, a, b, p0, hist, pres);  // idw[i]: step p0 - kH + i
 #pragma unroll
     for (int n = 0; n < N; ++n) out[n] = (live >> n) & 1 ? Activate(out[n], silu) : 0.f;
-    if (res) {
-      float r[N];
-      Unpack<T, N>(rr[j], r);
-#pragma unroll
-      for (int n = 0; n < N; ++n) out[n] += r[n];
-    }
+    if (res) AddResidual<T, N>(rr[j], out);
     StoreVec<T, N>(yrow + p0, out);
   }
 }
@@ -147,17 +137,12 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
     const float bias = LoadStreamTaps<kW>(a, b, d, 0, w);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
-      float cur[N], prev[N], h[kHs];
-      Unpack<T, N>(xr[j + 1], cur);
-      Unpack<T, N>(xr[j], prev);
-      LeftHalo<N, kH>(cur, prev, lane, h);  // (every lane: shuffles)
+      float cur[N], h[kHs];
+      UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       if (p0 >= L) continue;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
-#pragma unroll
-      for (int i = 0; i < kH; ++i) win[i] = h[i];
-#pragma unroll
-      for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+      InputWindow<N, kH>(h, cur, win);
       float out[N];
       if ((m.tap_plain >> j) & 1) {
 #pragma unroll
@@ -168,12 +153,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
         for (int n = 0; n < N; ++n)  // (padding: 0)
           out[n] = (mj >> (N * kH + n)) & 1 ? Activate(MaskedTapSum<N, kH>(w, win, n, mj, bias), silu) : 0.f;
       }
-      if (res) {
-        float r[N];
-        Unpack<T, N>(rr[j], r);
-#pragma unroll
-        for (int n = 0; n < N; ++n) out[n] += r[n];
-      }
+      if (res) AddResidual<T, N>(rr[j], out);
       StoreVec<T, N>(yrow + p0, out);
     }
   }

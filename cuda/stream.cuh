@@ -115,6 +115,18 @@ __device__ __forceinline__ void LeftHalo(const E (&cur)[N], const E (&prev)[N], 
   }
 }
 
+// Vector j of this lane unpacked (cur, from raw `cur_raw`) with the kH
+// inputs before it (h, LeftHalo's; `prev_raw`: this lane's vector j - 1).
+// Every lane calls it (shuffles).
+template <typename T, int N, int kH>
+__device__ __forceinline__ void UnpackWithHalo(const uint4& cur_raw, const uint4& prev_raw, int lane,
+                                               float (&cur)[N], float (&h)[kH > 0 ? kH : 1]) {
+  float prev[N];
+  Unpack<T, N>(cur_raw, cur);
+  Unpack<T, N>(prev_raw, prev);
+  LeftHalo<N, kH>(cur, prev, lane, h);
+}
+
 // r[m] = g at step p0 + N + m (m < kH) for this lane's vector, from lane
 // l + q: its vector j (`cur`) or, past lane 31, vector j + 1 (`next`).
 template <int N, int kH, typename E>
@@ -126,6 +138,37 @@ __device__ __forceinline__ void RightHalo(const E (&cur)[N], const E (&next)[N],
     const E offer = lane < q ? next[e] : cur[e];
     r[m] = __shfl_sync(kFullMask, offer, (lane + q) & 31);
   }
+}
+
+// win[i] = the input at step p0 - kH + i of a vector at p0: the kH inputs
+// before it (h, from LeftHalo), then its own N.
+template <int N, int kH>
+__device__ __forceinline__ void InputWindow(const float (&h)[kH > 0 ? kH : 1], const float (&cur)[N],
+                                            float (&win)[kH + N]) {
+#pragma unroll
+  for (int i = 0; i < kH; ++i) win[i] = h[i];
+#pragma unroll
+  for (int n = 0; n < N; ++n) win[kH + n] = cur[n];
+}
+
+// gw[i] = g at step p0 + i of a vector at p0: its own N, then the kH after
+// it (r, from RightHalo).
+template <int N, int kH>
+__device__ __forceinline__ void GradWindow(const float (&g)[N], const float (&r)[kH > 0 ? kH : 1],
+                                           float (&gw)[N + kH]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) gw[n] = g[n];
+#pragma unroll
+  for (int m = 0; m < kH; ++m) gw[N + m] = r[m];
+}
+
+// out += the residual vector `raw`.
+template <typename T, int N>
+__device__ __forceinline__ void AddResidual(const uint4& raw, float (&out)[N]) {
+  float r[N];
+  Unpack<T, N>(raw, r);
+#pragma unroll
+  for (int n = 0; n < N; ++n) out[n] += r[n];
 }
 
 // Whether tap k of output n of a window reads a live input: the bucket's
