@@ -8,9 +8,10 @@
 //   dx = sum_k w[k] g[t + H - k],
 // the H inputs before a vector from the lanes behind and the H values of g
 // after it from the lanes ahead, by shuffles; g of the vector after the
-// chunk is computed by the lanes that load it. With seq_idx (kMasked) the
-// ids come with x (stream.cuh), and warp steps whose windows leave their
-// sequence compare ids tap by tap. The warp's partial dweight/dbias go to
+// chunk is computed by the lanes that load it. seq_idx at W <= 8:
+// BwdStreamIdsKernel below (stream_ids.cuh); above, kMasked: the ids come
+// with x (stream.cuh), and warp steps whose windows leave their sequence
+// compare ids tap by tap. The warp's partial dweight/dbias go to
 // ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
 // states.cu's ReduceKernel; dinitial_states and the final-states cotangent
 // are left to StatesGradKernel.
@@ -306,16 +307,12 @@ __global__ void __launch_bounds__(kStreamThreads, 3)
 template <typename T, int kW>
 cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   const unsigned blocks = unsigned(StreamBlocks(a, p.nchunk));
-  if (a.mode != SegmentMode::kSeqIdx) {
+  if (a.mode != SegmentMode::kSeqIdx)
     BwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
-  } else if constexpr (kW <= 8) {
-    if (p.shared_ids)  // (then one chunk a span)
-      BwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(a, p.nchunk, ws);
-    else
-      BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
-  } else {
+  else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets; the plan gave one chunk a span)
+    BwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(a, p.nchunk, ws);
+  else
     BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
-  }
   return cudaGetLastError();
 }
 

@@ -56,18 +56,10 @@ bool MmaFits(const ConvArgs& a) {
   return types && mode;
 }
 
-// The streaming kernels that share each chunk's seq_idx masks among
-// kIdChannels channels (stream_ids.cuh; seq_idx, W <= 8) are on trial: written
-// without a GPU at hand, they run only with JCC_EXPERIMENTAL_SHARED_IDS=1
-// in the environment until the GPU tests, the sanitizers and the timings
-// against the per-channel kernels have passed (docs/performance-log.md).
-// Read at each seq_idx call, so that one process can test both (a call
-// captured in a CUDA graph keeps what was read at capture).
-bool SharedIds(const ConvArgs& a) {
-  if (a.mode != SegmentMode::kSeqIdx || a.width > 8) return false;
-  const char* e = std::getenv("JCC_EXPERIMENTAL_SHARED_IDS");
-  return e != nullptr && e[0] == '1';
-}
+// Channels-first seq_idx at W <= 8 takes the streaming kernels that share
+// each chunk's masks among kIdChannels channels (stream_ids.cuh); their
+// backward walks one chunk a span.
+bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 8; }
 
 }  // namespace
 
@@ -82,7 +74,6 @@ ForwardPlan PlanForward(const ConvArgs& a) {
     p.family = ForwardPlan::kMma;
   } else if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, 1, &unused)) > 0) {
     p.family = ForwardPlan::kStream;
-    p.shared_ids = SharedIds(a);
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
   } else if (WideClFits(a, a.residual, a.y) && a.width > 12 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
@@ -101,10 +92,9 @@ ForwardPlan PlanForward(const ConvArgs& a) {
 BackwardPlan PlanBackward(const ConvArgs& a) {
   BackwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
-  const bool rows = VectorRowsFit(a, a.dy, a.dx), shared_ids = SharedIds(a);
-  if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, shared_ids ? 1 : 4, &p.chunks_per_span)) > 0) {
+  const bool rows = VectorRowsFit(a, a.dy, a.dx);
+  if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, SharedIds(a) ? 1 : 4, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
-    p.shared_ids = shared_ids;
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {

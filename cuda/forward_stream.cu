@@ -3,10 +3,11 @@
 // the residual) at once, plus the vector before the chunk when its halo
 // reaches there, gets the kW - 1 inputs before each vector from the lanes
 // behind by shuffles, and writes kVecs vectors of y. Every byte of x and y
-// moves once, fully coalesced. With seq_idx (kMasked) each lane summarises
-// its vectors' ids; a warp step whose windows all stay inside one sequence
-// takes the plain taps, the others compare ids tap by tap, all lanes alike
-// (padding outputs are 0 before the residual).
+// moves once, fully coalesced. seq_idx at W <= 8: FwdStreamIdsKernel
+// below (stream_ids.cuh). Above, kMasked: each lane summarises its vectors'
+// ids; a warp step whose windows all stay inside one sequence takes the
+// plain taps, the others compare ids tap by tap, all lanes alike (padding
+// outputs are 0 before the residual).
 #include "launchers.h"
 #include "stream.cuh"
 #include "stream_ids.cuh"
@@ -163,16 +164,12 @@ template <typename T, int kW>
 cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   const int64_t spans = p.spans_per_row;
   const unsigned blocks = unsigned(StreamBlocks(a, spans));
-  if (a.mode != SegmentMode::kSeqIdx) {
+  if (a.mode != SegmentMode::kSeqIdx)
     FwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, spans);
-  } else if constexpr (kW <= 8) {
-    if (p.shared_ids)
-      FwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, spans)), kStreamThreads, 0, stream>>>(a, spans);
-    else
-      FwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, spans);
-  } else {
+  else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets)
+    FwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, spans)), kStreamThreads, 0, stream>>>(a, spans);
+  else
     FwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, spans);
-  }
   return cudaGetLastError();
 }
 

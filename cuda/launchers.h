@@ -61,16 +61,14 @@ struct ForwardPlan {
   enum Family { kNone, kStream, kMma, kWide, kMmaCl, kWideCl, kClRow, kTile } family = kNone;
   int64_t spans_per_row = 0;  // kStream: warp chunks per row; kMma(Cl), kWide(Cl): spans per row
   int64_t nchunk = 0;         // kClRow: time chunks per row
-  bool shared_ids = false;    // kStream: seq_idx W <= 8 by FwdStreamIdsKernel (stream_ids.cuh)
 };
 
 struct BackwardPlan {
   enum Family { kNone, kStream, kWide, kWideCl, kClRow, kTile } family = kNone;
-  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks
+  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx at W <= 8, stream_ids.cuh)
   int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
   int64_t nparts = 0;   // partial sums per (weight group, channel)
-  bool shared_ids = false;  // kStream: seq_idx W <= 8 by BwdStreamIdsKernel (stream_ids.cuh; one chunk a span)
 };
 
 ForwardPlan PlanForward(const ConvArgs& a);

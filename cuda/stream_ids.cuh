@@ -1,6 +1,6 @@
 // The streaming kernels' seq_idx path at W <= 8 with the ids shared by
-// channels (FwdStreamIdsKernel, BwdStreamIdsKernel; on trial, see
-// dispatch.cu's SharedIds).
+// channels (FwdStreamIdsKernel, BwdStreamIdsKernel; chosen by dispatch.cu's
+// SharedIds).
 //
 // A warp takes kIdChannels channels of one batch row over the same chunk. It
 // first turns the ids of its vectors into one mask word per vector

@@ -1,12 +1,10 @@
-"""The channels-first seq_idx kernels on trial (cuda/stream_ids.cuh; they
-run only with JCC_EXPERIMENTAL_SHARED_IDS=1, which the C++ dispatch reads at
-each call): every width they take (1..8) and dtype, GPU against the CPU
-kernels. Rows are whole 16-byte vectors (the streaming family), with
-channel counts that leave a partial group of 16, several chunks and a
-partial one, one-token segments across a chunk edge, padding in the middle
-and at the tail, ids that return, initial and final states, a vmapped
-weight. Goes when the kernels become the default (test_gpu.py then covers
-them)."""
+"""Channels-first seq_idx in the streaming family at W <= 8 (the kernels
+that share each chunk's id masks among 4 channels, cuda/stream_ids.cuh),
+every width and dtype, GPU against the CPU kernels: rows of whole 16-byte
+vectors, channel counts that leave a partial group of 4 and of 16, several
+chunks and a partial one, one-token segments across a chunk edge, padding in
+the middle and at the tail, ids that return, initial and final states, a
+vmapped weight, and non-finite inputs kept inside their own sequence."""
 
 import numpy as np
 import pytest
@@ -19,11 +17,6 @@ import jax_causal_conv as jcc
 from gpu_support import CPU, GPU, MARKS, REL, check, grads, inputs, rel_err, run
 
 pytestmark = MARKS
-
-
-@pytest.fixture(params=["1", "0"], ids=["trial", "default"])
-def shared_ids(request, monkeypatch):
-    monkeypatch.setenv("JCC_EXPERIMENTAL_SHARED_IDS", request.param)
 
 
 def packed_ids(rng, B, L):
@@ -42,7 +35,7 @@ def packed_ids(rng, B, L):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 6, 7, 8])
-def test_small_shared_ids(shared_ids, dtype, W):
+def test_stream_seq_idx(dtype, W):
     rng = np.random.default_rng(W)
     for (B, D, L) in [(2, 20, 2056), (1, 33, 1104), (3, 16, 520)]:
         x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
@@ -55,15 +48,15 @@ def test_small_shared_ids(shared_ids, dtype, W):
             y2 = jcc.causal_conv1d(x, w, b, seq_idx=sidx, backend="ffi")  # no activation, no states
             return y1, s1, y2
 
-        check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, f"shared ids {B,D,L}")
+        check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, f"stream seq_idx {B,D,L}")
     wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
     fv = jax.vmap(lambda x, w: jcc.causal_conv1d(x[None], w, b, activation="silu", seq_idx=sidx[:1],
                                                  backend="ffi")[0])
-    check(grads(fv, (0, 1)), (x[:2], wv), dtype, "shared ids groups")
+    check(grads(fv, (0, 1)), (x[:2], wv), dtype, "stream seq_idx groups")
 
 
 @pytest.mark.parametrize("W", [2, 4, 8])
-def test_small_shared_ids_edge_table(shared_ids, W):
+def test_stream_seq_idx_edge_table(W):
     """tests/test_packed.py's edge rows (8 steps: one vector), as they are
     and stretched to two chunks and a partial one."""
     from test_packed import EDGE_ROWS
@@ -74,12 +67,12 @@ def test_small_shared_ids_edge_table(shared_ids, W):
         sidx = jnp.asarray(ids)
         f = lambda x, w, b, h: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
                                                  return_final_states=True, backend="ffi")
-        check(grads(f, (0, 1, 2, 3)), (x, w, b, init), "bfloat16", f"shared ids edge table {ids.shape}")
+        check(grads(f, (0, 1, 2, 3)), (x, w, b, init), "bfloat16", f"stream seq_idx edge table {ids.shape}")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [2, 5, 8])
-def test_small_shared_ids_nonfinite_other_sequence(shared_ids, dtype, W):
+def test_stream_seq_idx_nonfinite_other_sequence(dtype, W):
     """An Inf or NaN input stays in its own sequence: the next sequence's
     outputs (and its dx, dweight) stay finite, as on the CPU."""
     rng = np.random.default_rng(W)
