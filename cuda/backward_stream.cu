@@ -166,10 +166,11 @@ __global__ void __launch_bounds__(kStreamThreads)
 // once; then each channel runs BwdStreamKernel's pass, a warp step whose
 // words are not all set through selects, and writes its partial
 // dweight/dbias to ws as BwdStreamKernel does.
-// (3 blocks an SM asked of the compiler: unbounded it takes all 255
-// registers at some widths, for 2.)
+// (4 blocks an SM asked of the compiler: unbounded it takes all 255
+// registers at some widths, for 2; at 4 (128 registers) nothing spills and
+// it measured faster than at 3: docs/performance-log.md, 2026-11-26.)
 template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, 3)
+__global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;

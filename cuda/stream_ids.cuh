@@ -17,7 +17,8 @@
 
 namespace jcc::cuda {
 
-constexpr int kIdChannels = 4;
+// (8 measured faster than 4, and 4 than 2: docs/performance-log.md, 2026-11-26)
+constexpr int kIdChannels = 8;
 
 __host__ __device__ __forceinline__ int64_t IdGroupsPerRow(int64_t dim) {
   return CeilDiv(dim, int64_t(kStreamWarps) * kIdChannels);

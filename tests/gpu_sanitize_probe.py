@@ -79,7 +79,7 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.float32, (1, 8, 1048), 256, True, "seq"),      # channels-last wide, widest, most shared memory
     (jnp.bfloat16, (2, 64, 700), 4, True, "seq"),       # channels-last rows, seq_idx by selects (W <= 8), chunks
     (jnp.float32, (1, 8, 300), 2, True, "seq"),         # the same, float32, 2 channels a thread
-    # streaming seq_idx at W <= 8 (ids shared by 4 channels,
+    # streaming seq_idx at W <= 8 (ids shared by 8 channels,
     # cuda/stream_ids.cuh): partial groups
     (jnp.bfloat16, (2, 20, 2056), 6, False, "seq"),
     (jnp.float32, (1, 33, 1104), 8, False, "seq"),

@@ -1,7 +1,7 @@
 """Channels-first seq_idx in the streaming family at W <= 8 (the kernels
-that share each chunk's id masks among 4 channels, cuda/stream_ids.cuh),
+that share each chunk's id masks among 8 channels, cuda/stream_ids.cuh),
 every width and dtype, GPU against the CPU kernels: rows of whole 16-byte
-vectors, channel counts that leave a partial group of 4 and of 16, several
+vectors, channel counts that leave a partial group of 8 and a partial block, several
 chunks and a partial one, one-token segments across a chunk edge, padding in
 the middle and at the tail, ids that return, initial and final states, a
 vmapped weight, and non-finite inputs kept inside their own sequence."""
