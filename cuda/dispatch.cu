@@ -61,18 +61,30 @@ bool MmaFits(const ConvArgs& a) {
 // backward walks one chunk a span.
 bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 8; }
 
+// On trial: the streaming forward walking up to JCC_EXPERIMENTAL_FWD_SPAN
+// (2 or 4) chunks a warp, so that a warp's setup (its place, taps, the
+// vector before its first chunk) is paid once per span instead of once per
+// chunk. Unset: one chunk a warp, as before, until the GPU tests and a
+// timing against it have passed (docs/performance-log.md, 2026-11-26).
+// Read at each call, so that one process can test both (a call captured in
+// a CUDA graph keeps what was read at capture).
+int64_t ForwardSpanChunks(const ConvArgs& a) {
+  if (SharedIds(a)) return 1;
+  const char* e = std::getenv("JCC_EXPERIMENTAL_FWD_SPAN");
+  return e != nullptr && (e[0] == '2' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 1;
+}
+
 }  // namespace
 
 ForwardPlan PlanForward(const ConvArgs& a) {
   ForwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
-  int64_t unused;
   const bool rows = VectorRowsFit(a, a.residual, a.y);
   // (16-bit x from W = 13, the streaming kernels' bucket of 16 taps, on: the
   // tensor-core forward measured faster there; docs/performance-log.md)
   if (rows && a.width > 12 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kMma;
-  } else if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, 1, &unused)) > 0) {
+  } else if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, ForwardSpanChunks(a), &p.chunks_per_span)) > 0) {
     p.family = ForwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;

@@ -15,84 +15,102 @@
 namespace jcc::cuda {
 namespace {
 
-template <typename T, int kW, bool kMasked>
-__global__ void __launch_bounds__(kStreamThreads)
-    FwdStreamKernel(const ConvArgs a, int64_t spans_per_row) {
+// kWalk (on trial, dispatch.cu's ForwardSpanChunks): the warp walks
+// chunks_per_span chunks, its setup paid once; the vector before each later
+// chunk is the last one of the chunk before.
+template <typename T, int kW, bool kMasked, bool kWalk>
+__global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
+    FwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
-  const StreamPlace pl = LocateStream(a, spans_per_row, 1);
+  const StreamPlace pl = LocateStream(a, spans_per_row, kWalk ? chunks_per_span : 1);
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
-  const int64_t L = a.len, c0 = pl.first_chunk * S::kChunk, b = pl.b, d = pl.d;
+  const int64_t L = a.len, b = pl.b, d = pl.d;
   const int W = int(a.width), pad = kW - W;
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
+  const int64_t chunk_end = kWalk ? Min64(CeilDiv(L, int64_t(S::kChunk)), pl.first_chunk + chunks_per_span) : 0;
 
-  // All loads first: xr[j + 1] = vector j, xr[0] = the vector before the
-  // chunk (lanes whose halo reaches there); with seq_idx the ids likewise.
+  // xr[j + 1] = vector j of the chunk, xr[0] = the vector before it (lanes
+  // whose halo reaches there; kWalk: after the span's first chunk, the last
+  // vector of the chunk before); with seq_idx the ids' summaries likewise.
+  // The taps and the history id are loaded with the first chunk.
   uint4 xr[V + 1], rr[V];
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  const bool before = kQ > 0 && lane >= 32 - kQ;
-  const int64_t t_before = c0 - (32 - lane) * N;
-  xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const int64_t t = c0 + int64_t(j * 32 + lane) * N;
-    xr[j + 1] = t < L ? LoadRaw16(xrow + t) : zero;
-  }
-  int32_t sum[kMasked ? V + 1 : 1];  // seq_idx: sum[j + 1] of vector j, sum[0] of the one before
-  const int32_t hist = kMasked ? HistoryId(a, b) : 0;
-  if constexpr (kMasked) {
-    sum[0] = StreamIdSummary<N>(a, b, t_before, hist, before);
-#pragma unroll
-    for (int j = 0; j < V; ++j)
-      sum[j + 1] = StreamIdSummary<N>(a, b, c0 + int64_t(j * 32 + lane) * N, hist, true);
-  }
-  const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
-  if (res) {
+  int32_t sum[kMasked ? V + 1 : 1];
+  int32_t hist = 0;
+  float w[kW], bias = 0.f;
+  bool head = true;  // the span's first chunk
+  int64_t ci = pl.first_chunk;
+  do {
+    const int64_t c0 = ci * S::kChunk;
+    // All loads first.
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const bool before = kQ > 0 && lane >= 32 - kQ;
+    const int64_t t_before = c0 - (32 - lane) * N;
+    if (head) xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int64_t t = c0 + int64_t(j * 32 + lane) * N;
-      rr[j] = t < L ? LoadRaw16(res + t) : zero;
+      xr[j + 1] = t < L ? LoadRaw16(xrow + t) : zero;
     }
-  }
-  float w[kW];
-  const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
-  const bool silu = a.act == Activation::kSilu;
-  T* yrow = static_cast<T*>(a.y) + row;
+    if constexpr (kMasked) {
+      if (head) hist = HistoryId(a, b);
+      if (head) sum[0] = StreamIdSummary<N>(a, b, t_before, hist, before);
+#pragma unroll
+      for (int j = 0; j < V; ++j)
+        sum[j + 1] = StreamIdSummary<N>(a, b, c0 + int64_t(j * 32 + lane) * N, hist, true);
+    }
+    const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
+    if (res) {
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+        rr[j] = t < L ? LoadRaw16(res + t) : zero;
+      }
+    }
+    if (head) bias = LoadStreamTaps<kW>(a, b, d, pad, w);
+    const bool silu = a.act == Activation::kSilu;
+    T* yrow = static_cast<T*>(a.y) + row;
 
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    float cur[N], h[kHs];
-    UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
-    const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
-    float win[kH + N];  // win[i] is the input at step p0 - kH + i
-    InputWindow<N, kH>(h, cur, win);
-    float out[N];
-    unsigned live = ~0u;  // bit n: output n is not padding
-    // seq_idx: a warp whose windows all hold one live id takes the plain
-    // taps, the others compare every tap's id with its output's (stream.cuh)
-    bool plain = true;
-    if constexpr (kMasked) {  // (every lane shuffles: no short-circuit)
-      const bool same = SameLiveId<kQ, false>(sum[j + 1], sum[j], lane);
-      plain = __all_sync(kFullMask, p0 >= L || same);
-    }
-    if (p0 >= L) continue;
-    // pre-activations over TapOn's taps (idw: the window's ids, or none)
-    auto pres = [&](const int32_t* idw) {
-#pragma unroll
-      for (int n = 0; n < N; ++n) {
-        out[n] = TapSum(w, win, n, pad, bias, idw);
-        if (idw != nullptr && idw[kH + n] < 0) live &= ~(1u << n);
+    for (int j = 0; j < V; ++j) {
+      float cur[N], h[kHs];
+      UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
+      const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
+      float win[kH + N];  // win[i] is the input at step p0 - kH + i
+      InputWindow<N, kH>(h, cur, win);
+      float out[N];
+      unsigned live = ~0u;  // bit n: output n is not padding
+      // seq_idx: a warp whose windows all hold one live id takes the plain
+      // taps, the others compare every tap's id with its output's (stream.cuh)
+      bool plain = true;
+      if constexpr (kMasked) {  // (every lane shuffles: no short-circuit)
+        const bool same = SameLiveId<kQ, false>(sum[j + 1], sum[j], lane);
+        plain = __all_sync(kFullMask, p0 >= L || same);
       }
-    };
-    WithStepIds<kMasked, N, -kH, kH + N>(plain, a, b, p0, hist, pres);  // idw[i]: step p0 - kH + i
+      if (p0 >= L) continue;
+      // pre-activations over TapOn's taps (idw: the window's ids, or none)
+      auto pres = [&](const int32_t* idw) {
 #pragma unroll
-    for (int n = 0; n < N; ++n) out[n] = (live >> n) & 1 ? Activate(out[n], silu) : 0.f;
-    if (res) AddResidual<T, N>(rr[j], out);
-    StoreVec<T, N>(yrow + p0, out);
-  }
+        for (int n = 0; n < N; ++n) {
+          out[n] = TapSum(w, win, n, pad, bias, idw);
+          if (idw != nullptr && idw[kH + n] < 0) live &= ~(1u << n);
+        }
+      };
+      WithStepIds<kMasked, N, -kH, kH + N>(plain, a, b, p0, hist, pres);  // idw[i]: step p0 - kH + i
+#pragma unroll
+      for (int n = 0; n < N; ++n) out[n] = (live >> n) & 1 ? Activate(out[n], silu) : 0.f;
+      if (res) AddResidual<T, N>(rr[j], out);
+      StoreVec<T, N>(yrow + p0, out);
+    }
+    if constexpr (kWalk) {
+      xr[0] = xr[V];
+      if constexpr (kMasked) sum[0] = sum[V];
+    }
+    head = false;
+  } while (kWalk && ++ci < chunk_end);
 }
 
 // (Blocks an SM asked of the compiler: without a bound it takes registers
@@ -164,12 +182,16 @@ template <typename T, int kW>
 cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   const int64_t spans = p.spans_per_row;
   const unsigned blocks = unsigned(StreamBlocks(a, spans));
+  const int chunks = int(p.chunks_per_span);
+  const bool walk = chunks > 1;
   if (a.mode != SegmentMode::kSeqIdx)
-    FwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, spans);
-  else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets)
+    (walk ? FwdStreamKernel<T, kW, false, true> : FwdStreamKernel<T, kW, false, false>)
+        <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);
+  else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets; the plan gave one chunk a span)
     FwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, spans)), kStreamThreads, 0, stream>>>(a, spans);
   else
-    FwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, spans);
+    (walk ? FwdStreamKernel<T, kW, true, true> : FwdStreamKernel<T, kW, true, false>)
+        <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);
   return cudaGetLastError();
 }
 

@@ -59,7 +59,8 @@ cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream);
 
 struct ForwardPlan {
   enum Family { kNone, kStream, kMma, kWide, kMmaCl, kWideCl, kClRow, kTile } family = kNone;
-  int64_t spans_per_row = 0;  // kStream: warp chunks per row; kMma(Cl), kWide(Cl): spans per row
+  int64_t spans_per_row = 0;  // kStream: warp spans per row; kMma(Cl), kWide(Cl): spans per row
+  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx at W <= 8)
   int64_t nchunk = 0;         // kClRow: time chunks per row
 };
 

@@ -14,6 +14,7 @@ forwards and the tile family's wide widths), for the slower racecheck and syncch
 `--cases` runs the cases of those indices into CASES (the order they are added in).
 """
 import inspect
+import os
 import sys
 
 import jax
@@ -180,6 +181,37 @@ for cl in (False, True) if CL_DECODE else ():
     def _(cl=cl):
         f = jax.jit(lambda x: jcc.causal_conv1d_varlen_states(x, cu, 6, channels_last=cl))
         agree(f(xv), f(jax.device_put(xv, cpu)), jnp.float32, ("varlen_states", cl))
+
+
+
+def walk_case(dt, B, D, L, W, mode):
+    """The streaming forward walking 4 chunks a warp (on trial, with
+    JCC_EXPERIMENTAL_FWD_SPAN=4) against one chunk a warp: bit for bit."""
+    x = jnp.asarray(rng.standard_normal((B, D, L)), dt)
+    h = jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
+    r = jnp.asarray(rng.standard_normal((B, D, L)), dt)
+    w, b = jnp.asarray(rng.standard_normal((D, W)) / W, dt), jnp.asarray(rng.standard_normal((D,)), dt)
+    ids = np.zeros((B, L), np.int32)
+    ids[:, L // 3:] = 1
+    ids[:, -7:] = -1
+    s = jnp.asarray(ids) if mode == "seq" else None
+    f = jax.jit(lambda x, w, b, h, r: jcc.causal_conv1d(x, w, b, activation="silu", residual=r, seq_idx=s,
+                                                        initial_states=h, return_final_states=True,
+                                                        backend="ffi"))
+    os.environ["JCC_EXPERIMENTAL_FWD_SPAN"] = "4"
+    try:
+        got = f(x, w, b, h, r)
+    finally:
+        del os.environ["JCC_EXPERIMENTAL_FWD_SPAN"]
+    want = f(x, w, b, h, r)
+    for a, e in zip(got, want):
+        assert np.array_equal(np.asarray(a, np.float32), np.asarray(e, np.float32)), ("walk", W, mode)
+
+
+# (rows x chunks >= 65536, or no warp walks: see tests/test_gpu_fwd_span.py)
+for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 16398, 2056), 4, "states"),
+                               (jnp.float32, (1, 32770, 2060), 12, "seq")):
+    case(("walk", dt.__name__, B, D, L, W, mode))(lambda c=(dt, B, D, L, W, mode): walk_case(*c))
 
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
