@@ -10,7 +10,6 @@
 // sums go to the workspace (states.cu's ReduceKernel); StatesGradKernel adds
 // the state terms.
 #include "cl_row.cuh"
-#include "cp_async.cuh"
 #include "launchers.h"
 
 namespace jcc::cuda {
@@ -77,21 +76,12 @@ __global__ void __launch_bounds__(kClX * kClY)
   }
   if (active) {
     T* dxb = static_cast<T*>(a.dx) + b * L * D;
-    int run = 0;  // kAny: how many steps before t share t's id (capped at H)
-    if constexpr (kMasked && !kIds) {
-      const int32_t id0 = ids.Id(ts);
-      for (int k = 1; k <= H && ids.Id(ts - k) == id0; ++k) run = k;
-    }
+    int run = SameIdRunBefore<H, kMasked && !kIds>(ids, ts);  // kAny
     ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t
     if constexpr (kIds) idw.Start(ids, ts);
     int buf = 0;
     for (int64_t t = ts; t < tend; t += U, buf ^= 1) {
-      if (t + U < tend) {  // prefetch the next group, then wait for this one
-        stage_group(t + U, buf ^ 1);
-        CpAsyncWait<1>();
-      } else {
-        CpAsyncWait<0>();
-      }
+      StageNextGroup<U>(t, tend, buf, stage_group);
       for (int u = 0; u < U; ++u) {
         const int64_t tt = t + u;
         if (tt >= tend) break;

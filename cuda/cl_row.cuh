@@ -15,6 +15,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "cp_async.cuh"
 #include "sequences.cuh"
 
 namespace jcc::cuda {
@@ -149,6 +150,32 @@ __host__ cudaError_t WithClMask(const ConvArgs& a, F&& f) {
     if (a.mode == SegmentMode::kSeqIdx) return f(S());
   }
   return f(A());
+}
+
+// ClMask::kAny (kCount): how many of the H steps before ts share ts's id,
+// counted back until one differs; 0 otherwise.
+template <int H, bool kCount, typename Ids>
+__device__ __forceinline__ int SameIdRunBefore(const Ids& ids, int64_t ts) {
+  int run = 0;
+  if constexpr (kCount) {
+    const int32_t id0 = ids.Id(ts);
+    for (int k = 1; k <= H && ids.Id(ts - k) == id0; ++k) run = k;
+  }
+  return run;
+}
+
+// The row kernels stage x (and dy / the residual) in groups of U steps
+// through shared memory, double buffered with cp.async: group t + U goes
+// into buffer buf ^ 1 while group t, in buf, is waited for (after the last
+// group nothing more starts).
+template <int U, typename Stage>
+__device__ __forceinline__ void StageNextGroup(int64_t t, int64_t end, int buf, Stage&& stage) {
+  if (t + U < end) {
+    stage(t + U, buf ^ 1);
+    CpAsyncWait<1>();
+  } else {
+    CpAsyncWait<0>();
+  }
 }
 
 // ClMask::kSeqIdx: id[i] = the id of step t - H + i (i <= H), for the

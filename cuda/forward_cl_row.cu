@@ -6,7 +6,6 @@
 #include <climits>
 
 #include "cl_row.cuh"
-#include "cp_async.cuh"
 #include "launchers.h"
 
 namespace jcc::cuda {
@@ -68,22 +67,12 @@ __global__ void __launch_bounds__(kClX * kClY)
   }
   if (!mine) return;  // (after the block's barrier)
   const bool silu = a.act == Activation::kSilu;
-  // kAny: how many steps before t share t's id (capped at H)
-  int run = 0;
-  if constexpr (kMasked && !kIds) {
-    const int32_t id0 = ids.Id(ts);
-    for (int k = 1; k <= H && ids.Id(ts - k) == id0; ++k) run = k;
-  }
+  int run = SameIdRunBefore<H, kMasked && !kIds>(ids, ts);  // kAny
   ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t
   if constexpr (kIds) idw.Start(ids, ts);
   int buf = 0;
   for (int64_t t = ts; t < te; t += U, buf ^= 1) {
-    if (t + U < te) {  // prefetch the next group, then wait for this one
-      stage_group(t + U, buf ^ 1);
-      CpAsyncWait<1>();
-    } else {
-      CpAsyncWait<0>();
-    }
+    StageNextGroup<U>(t, te, buf, stage_group);
     for (int u = 0; u < U && t + u < te; ++u) {
       const int64_t tt = t + u;
       const Raw xr = slot(buf, 0, u);
