@@ -421,3 +421,23 @@ def test_a_failing_program_is_reported_and_the_cell_goes_on(monkeypatch):
     text = mr.render_group([rec])
     assert "Programs that failed" in text and "xla/bwd" in text
     assert "| — |" in text
+
+
+def test_matrix_compare_side_by_side(tmp_path, capsys):
+    """benchmarks.matrix_compare (tools/param_sweep.sh's table): one row per
+    cell and part, each file's device time in its column, XLA's from the
+    first, a dash where a file lacks the cell."""
+    from benchmarks import matrix_compare
+
+    def rec(W, fwd, xla):
+        return {"key": {"B": 8, "D": 64, "L": 128, "dtype": "bfloat16", "layout": "cf", "mode": "dense", "W": W},
+                "times": {"ours": {"fwd": {"dev_us": fwd}}, "xla": {"fwd": {"dev_us": xla}}}}
+
+    a, b = tmp_path / "base.json", tmp_path / "ch8.json"
+    a.write_text(json.dumps({"version": 1, "records": [rec(4, 10.0, 30.0), rec(8, 20.0, 40.0)]}))
+    b.write_text(json.dumps({"version": 1, "records": [rec(4, 9.5, 31.0)]}))
+    assert matrix_compare.main([str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "| base | ch8 | XLA |" in lines[0]
+    assert lines[2].endswith("| 4 | fwd | 10.0 | 9.5 | 30.0 |")
+    assert lines[3].endswith("| 8 | fwd | 20.0 | — | 40.0 |")

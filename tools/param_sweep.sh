@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Compile-time parameter sweep on the GPU machine, in one device call: for
+# each variant, apply its sed expression to its file, rebuild (tools/
+# device_build.sh: only what changed), run the benchmark command with
+# `--json $OUT/NAME.json` appended, and restore the file. A variant with an
+# empty expression times the tree as it is. Then the side-by-side table of
+# benchmarks/matrix_compare.py. Logs in $OUT/NAME.log. (SWEEP_BUILD: another
+# build script, e.g. /dev/null to try the script itself.)
+#   tools/param_sweep.sh "python3 -m benchmarks.conv_matrix --platform gpu ..." \
+#       base "" "" ch8 's/kIdChannels = 4;/kIdChannels = 8;/' cuda/stream_ids.cuh ...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
+cmd=$1; shift
+names=()
+while [ $# -ge 3 ]; do
+  name=$1 expr=$2 file=$3; shift 3
+  if [ -n "$expr" ]; then
+    cp "$file" "$OUT/.sweep_saved" && sed -i "$expr" "$file"
+    cmp -s "$file" "$OUT/.sweep_saved" && echo "$name: the expression changed nothing in $file"
+  fi
+  if bash ${SWEEP_BUILD:-tools/device_build.sh}; then
+    timeout 300 bash -c "$cmd --json $OUT/$name.json" > "$OUT/$name.log" 2>&1
+    echo "$name: rc $? ($(tail -1 "$OUT/$name.log" | cut -c1-80))"
+    names+=("$OUT/$name.json")
+  fi
+  [ -n "$expr" ] && cp "$OUT/.sweep_saved" "$file"
+done
+[ ${#names[@]} -gt 0 ] && python3 -m benchmarks.matrix_compare "${names[@]}"
