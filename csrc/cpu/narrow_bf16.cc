@@ -1,7 +1,10 @@
 // See narrow_bf16.h.
 #include "cpu/narrow_bf16.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+// (The avx512bf16 target needs GCC 10 or Clang 11 at least; older
+// compilers build the scalar form.)
+#if defined(__x86_64__) && ((defined(__clang__) && __clang_major__ >= 11) || \
+                            (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 10))
 #include <immintrin.h>
 #define JCC_NATIVE_BF16 1
 #else
