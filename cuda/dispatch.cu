@@ -66,10 +66,12 @@ bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.w
 // vector before its first chunk) is paid once per span instead of once per
 // chunk. Unset: one chunk a warp, as before, until the GPU tests and a
 // timing against it have passed (docs/performance-log.md, 2026-11-26).
-// Read at each call, so that one process can test both (a call captured in
-// a CUDA graph keeps what was read at capture).
+// Read at each call where a warp could walk at all (small, launch-bound
+// calls skip the lookup), so that one process can test both (a call
+// captured in a CUDA graph keeps what was read at capture).
 int64_t ForwardSpanChunks(const ConvArgs& a) {
-  if (SharedIds(a)) return 1;
+  int64_t k = 1;
+  if (SharedIds(a) || StreamSpans(a, 4, &k) <= 0 || k == 1) return 1;
   const char* e = std::getenv("JCC_EXPERIMENTAL_FWD_SPAN");
   return e != nullptr && (e[0] == '2' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 1;
 }
