@@ -61,19 +61,19 @@ bool MmaFits(const ConvArgs& a) {
 // backward walks one chunk a span.
 bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 8; }
 
-// On trial: the streaming forward walking up to JCC_EXPERIMENTAL_FWD_SPAN
-// (2 or 4) chunks a warp, so that a warp's setup (its place, taps, the
-// vector before its first chunk) is paid once per span instead of once per
-// chunk. Unset: one chunk a warp, as before, until the GPU tests and a
-// timing against it have passed (docs/performance-log.md, 2026-11-26).
-// Read at each call where a warp could walk at all (small, launch-bound
-// calls skip the lookup), so that one process can test both (a call
+// The streaming forward lets a warp walk a span of chunks, so that its
+// setup (its place, taps, the vector before its first chunk) is paid once a
+// span: up to 4 chunks, 2 at W = 2, none at W = 1 (where the walk measured
+// no faster; docs/performance-log.md, 2026-11-26). JCC_FWD_SPAN = 1, 2 or 4
+// overrides the most (tests and diagnosis); read at each call where a warp
+// could walk at all, so that one process can compare settings (a call
 // captured in a CUDA graph keeps what was read at capture).
 int64_t ForwardSpanChunks(const ConvArgs& a) {
   int64_t k = 1;
   if (SharedIds(a) || StreamSpans(a, 4, &k) <= 0 || k == 1) return 1;
-  const char* e = std::getenv("JCC_EXPERIMENTAL_FWD_SPAN");
-  return e != nullptr && (e[0] == '2' || e[0] == '4') && e[1] == 0 ? e[0] - '0' : 1;
+  const char* e = std::getenv("JCC_FWD_SPAN");
+  if (e != nullptr && (e[0] == '1' || e[0] == '2' || e[0] == '4') && e[1] == 0) return e[0] - '0';
+  return a.width == 1 ? 1 : a.width == 2 ? 2 : 4;
 }
 
 }  // namespace

@@ -15,9 +15,9 @@
 namespace jcc::cuda {
 namespace {
 
-// kWalk (on trial, dispatch.cu's ForwardSpanChunks): the warp walks
-// chunks_per_span chunks, its setup paid once; the vector before each later
-// chunk is the last one of the chunk before.
+// kWalk (spans of more than one chunk, dispatch.cu's ForwardSpanChunks):
+// the warp walks chunks_per_span chunks, its setup paid once; the vector
+// before each later chunk is the last one of the chunk before.
 template <typename T, int kW, bool kMasked, bool kWalk>
 __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
     FwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span) {

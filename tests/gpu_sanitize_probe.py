@@ -185,8 +185,8 @@ for cl in (False, True) if CL_DECODE else ():
 
 
 def walk_case(dt, B, D, L, W, mode):
-    """The streaming forward walking 4 chunks a warp (on trial, with
-    JCC_EXPERIMENTAL_FWD_SPAN=4) against one chunk a warp: bit for bit."""
+    """The streaming forward walking 4 chunks a warp (JCC_FWD_SPAN=4)
+    against one chunk a warp (JCC_FWD_SPAN=1): bit for bit."""
     x = jnp.asarray(rng.standard_normal((B, D, L)), dt)
     h = jnp.asarray(rng.standard_normal((B, D, W - 1)), dt)
     r = jnp.asarray(rng.standard_normal((B, D, L)), dt)
@@ -200,12 +200,13 @@ def walk_case(dt, B, D, L, W, mode):
             x, w, b, activation="silu", residual=r, seq_idx=s, initial_states=h,
             return_final_states=True, backend="ffi"))(x, w, b, h, r)
 
-    os.environ["JCC_EXPERIMENTAL_FWD_SPAN"] = "4"
     try:
+        os.environ["JCC_FWD_SPAN"] = "4"
         got = f(x, w, b, h, r)
+        os.environ["JCC_FWD_SPAN"] = "1"
+        want = f(x, w, b, h, r)
     finally:
-        del os.environ["JCC_EXPERIMENTAL_FWD_SPAN"]
-    want = f(x, w, b, h, r)
+        del os.environ["JCC_FWD_SPAN"]
     for a, e in zip(got, want):
         assert np.array_equal(np.asarray(a, np.float32), np.asarray(e, np.float32)), ("walk", W, mode)
 

@@ -1,14 +1,13 @@
-"""The streaming forward walking several chunks a warp (on trial: it runs
-only with JCC_EXPERIMENTAL_FWD_SPAN=2 or 4, which cuda/dispatch.cu reads at
-each call). A warp walks a span only when enough warps remain (at least
-32768), so the shapes here are large: rows x chunks >= 65536. With the
-switch on, the outputs must equal the one-chunk kernels' bit for bit (the
+"""The streaming forward walking several chunks a warp (the default at
+W >= 2; JCC_FWD_SPAN = 1, 2 or 4 overrides the most, read by cuda/dispatch.cu
+at each call). A warp walks a span only when enough warps remain (at least
+32768), so the shapes here are large: rows x chunks >= 65536. Walking 2 or 4 chunks (and
+the default), the outputs must equal the one-chunk kernels' bit for bit (the
 same arithmetic per output) and the CPU kernels within the tolerance: dense
 widths exact and in the buckets 12 and 16 (pad taps), seq_idx at the
 buckets (W <= 8 takes the shared-ids kernels, which do not walk), initial
 and final states, a residual, the hand-over into a partial last chunk,
-and short last spans. Goes when the switch does (the default then walks, and test_gpu.py's
-large cases cover it)."""
+and short last spans."""
 
 import numpy as np
 import pytest
@@ -60,10 +59,13 @@ def test_walk_equals_one_chunk(monkeypatch, dtype, B, D, L, W, mode):
     # (a new program for each setting: a program replayed from a CUDA graph
     # would keep the launch it recorded under the first)
     args = (x, w, b, res, init)
-    monkeypatch.setenv("JCC_EXPERIMENTAL_FWD_SPAN", "1")
+    monkeypatch.setenv("JCC_FWD_SPAN", "1")
     one = run(GPU, lambda *a: f(*a), *args)
-    for span in ("2", "4"):
-        monkeypatch.setenv("JCC_EXPERIMENTAL_FWD_SPAN", span)
+    for span in ("2", "4", None):
+        if span is None:
+            monkeypatch.delenv("JCC_FWD_SPAN")
+        else:
+            monkeypatch.setenv("JCC_FWD_SPAN", span)
         walk = run(GPU, lambda *a: f(*a), *args)
         for i, (a, e) in enumerate(zip(walk, one)):
             assert np.array_equal(a, e, equal_nan=True), f"span {span}, output {i}"
