@@ -22,8 +22,12 @@
 namespace jcc::cuda {
 namespace {
 
+// (Blocks an SM asked of the compiler: unbounded it took 128 registers at
+// W <= 8, 4 blocks; more blocks measured faster, and ptxas fits W <= 4 in 6
+// blocks' share and W <= 8 in 5 without more than a word of spill. The
+// buckets 12 and 16 need 150-190 registers: unbounded.)
 template <typename T, int kW, bool kMasked>
-__global__ void __launch_bounds__(kStreamThreads)
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
     BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
