@@ -82,38 +82,4 @@ inline Half ToHalf(float f) {
   return Half{uint16_t(sign | h)};
 }
 
-// Load/store one element with conversion to the accumulator type.
-template <typename Acc> inline Acc Load(const float* p) { return Acc(*p); }
-template <typename Acc> inline Acc Load(const double* p) { return Acc(*p); }
-template <typename Acc> inline Acc Load(const Half* p) { return Acc(ToFloat(*p)); }
-template <typename Acc> inline Acc Load(const BFloat16* p) { return Acc(ToFloat(*p)); }
-
-template <typename Acc> inline void Store(float* p, Acc v) { *p = float(v); }
-template <typename Acc> inline void Store(double* p, Acc v) { *p = double(v); }
-template <typename Acc> inline void Store(Half* p, Acc v) { *p = ToHalf(float(v)); }
-template <typename Acc> inline void Store(BFloat16* p, Acc v) { *p = ToBFloat16(float(v)); }
-
-// Reads element i of a buffer whose type is known only at run time
-// (weights and bias may have a different dtype from x).
-template <typename Acc>
-inline Acc LoadAny(const void* base, DType t, int64_t i) {
-  switch (t) {
-    case DType::kF32: return Load<Acc>(static_cast<const float*>(base) + i);
-    case DType::kF16: return Load<Acc>(static_cast<const Half*>(base) + i);
-    case DType::kBF16: return Load<Acc>(static_cast<const BFloat16*>(base) + i);
-    case DType::kF64: return Load<Acc>(static_cast<const double*>(base) + i);
-  }
-  return Acc(0);
-}
-
-template <typename Acc>
-inline void StoreAny(void* base, DType t, int64_t i, Acc v) {
-  switch (t) {
-    case DType::kF32: Store<Acc>(static_cast<float*>(base) + i, v); break;
-    case DType::kF16: Store<Acc>(static_cast<Half*>(base) + i, v); break;
-    case DType::kBF16: Store<Acc>(static_cast<BFloat16*>(base) + i, v); break;
-    case DType::kF64: Store<Acc>(static_cast<double*>(base) + i, v); break;
-  }
-}
-
 }  // namespace jcc

@@ -166,3 +166,32 @@ def test_bfloat16_outputs_round_like_the_reference(cl):
     yr = np.asarray(reference.causal_conv1d(x, w, channels_last=cl).astype(jnp.float32))
     np.testing.assert_array_equal(y, yr)  # (NaN where the reference has NaN; -0 == 0)
     assert np.isinf(y).sum() > 100 and np.isnan(y).sum() > 100
+
+
+@pytest.mark.parametrize("cl", [False, True])
+def test_float16_conversions_are_exact(cl):
+    """float16 in and out (by F16C in the kernels' avx2 variant, by bit
+    arithmetic elsewhere: cpu/helpers.inc) over random bit patterns: x * w
+    at W = 1 without bias is exact in float32 (11-bit by 11-bit products,
+    far from float32's denormals), so y is that product rounded once to
+    float16: ties, overflow to Inf, float16 subnormal inputs and results,
+    Inf and NaN. Against the reference and numpy's own rounding."""
+    rng = np.random.default_rng(11)
+    B, D, L = 2, 37, 1045  # (runs that are not whole vectors of 8)
+    bits = rng.integers(0, 1 << 16, (B, D, L), dtype=np.uint32).astype(np.uint16)
+    bits[0, :, :5] = [0x0001, 0x83ff, 0x0400, 0x7bff, 0xfc00]   # subnormal, normal edges, -inf
+    bits[1, :, :2] = [0x7c00, 0x7e01]                           # inf, nan
+    wb = rng.integers(0x2c00, 0x4c00, (D, 1), dtype=np.uint32).astype(np.uint16)
+    wb[:6, 0] = [0x0001, 0x3c01, 0x7bff, 0x8400, 0x3800, 0x1400]
+    xn, wn = bits.view(np.float16), wb.view(np.float16)
+    with np.errstate(all="ignore"):
+        want = (xn.astype(np.float32) * wn[None, :, :1].astype(np.float32)).astype(np.float16)
+    x, w = jnp.asarray(xn), jnp.asarray(wn)
+    if cl:
+        x, want = jnp.swapaxes(x, 1, 2), np.swapaxes(want, 1, 2)
+    y = np.asarray(jcc.causal_conv1d(x, w, channels_last=cl, backend="ffi"))
+    yr = np.asarray(reference.causal_conv1d(x, w, channels_last=cl))
+    np.testing.assert_array_equal(y, want)  # (NaN where numpy has NaN)
+    np.testing.assert_array_equal(y, yr)
+    sub = np.abs(want.astype(np.float32)) < 2.0 ** -14
+    assert np.isinf(y).sum() > 100 and np.isnan(y).sum() > 100 and (sub & (want != 0)).sum() > 100

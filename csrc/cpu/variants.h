@@ -1,6 +1,6 @@
 // Instruction-set variants of the CPU kernels. Each kernel unit
 // (forward.cc, backward.cc, update.cc) compiles its body twice, in the
-// namespaces `generic` (any x86-64/ARM CPU) and `avx2` (AVX2 + FMA, by
+// namespaces `generic` (any x86-64/ARM CPU) and `avx2` (AVX2, FMA, F16C, by
 // #pragma GCC target), and its entry point picks one at run time. The
 // bodies are plain includes so both variants come from one source.
 #pragma once
@@ -9,7 +9,8 @@
 
 #include "dtype.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)  // (#pragma GCC target)
+#include <immintrin.h>
 #define JCC_CPU_AVX2 1
 #else
 #define JCC_CPU_AVX2 0
@@ -19,7 +20,8 @@ namespace jcc::cpu {
 
 inline bool UseAvx2() {
 #if JCC_CPU_AVX2
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return yes;
 #else
   return false;
