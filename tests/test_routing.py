@@ -1,6 +1,7 @@
 """backend="auto" takes XLA's shifted sum in the cells where our kernel
 measured slower (routing.py: on a GPU; on the CPU a forward that nothing
-differentiates at W <= 2 without states); "ffi" still insists on the kernel,
+differentiates at W <= 2 without states, and the whole op at W = 1
+channels-first in float32 / float64); "ffi" still insists on the kernel,
 and every other cell takes the kernel."""
 
 import jax
@@ -11,7 +12,7 @@ import pytest
 import jax_causal_conv as jcc
 from jax_causal_conv._lowering import targets
 from jax_causal_conv._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
-from jax_causal_conv._lowering.routing import cpu_forward_wins, gpu_kernel_wins
+from jax_causal_conv._lowering.routing import cpu_kernel_wins, gpu_kernel_wins
 
 from gpu_support import DRY_RUN, GPU, MARKS
 
@@ -44,15 +45,26 @@ def test_the_cpu_table():
     def c(mode, cl, final=False, differentiated=False):
         return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
                           want_final=final, backend="auto", differentiated=differentiated)
+    f32, f64, bf16, f16 = jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16
     for cl in (False, True):
-        assert [cpu_forward_wins(c(ROWS, cl), W, False) for W in (1, 2, 3, 4, 64)] == \
-            [False, False, True, True, True]
-        assert [cpu_forward_wins(c(SEQ_IDX, cl), W, False) for W in (1, 2, 3)] == [False, False, True]
+        fwd = lambda cfg, W, init=False, dt=bf16: cpu_kernel_wins(cfg, W, init, dt)  # noqa: E731
+        bwd = lambda cfg, W, init=False, dt=bf16: cpu_kernel_wins(cfg, W, init, dt, backward=True)  # noqa: E731
+        assert [fwd(c(ROWS, cl), W) for W in (1, 2, 3, 4, 64)] == [False, False, True, True, True]
+        assert [fwd(c(SEQ_IDX, cl), W) for W in (1, 2, 3)] == [False, False, True]
         # states, varlen, a forward being differentiated: the kernel
-        assert cpu_forward_wins(c(ROWS, cl), 2, True) and cpu_forward_wins(c(ROWS, cl, True), 2, False)
-        assert cpu_forward_wins(c(VARLEN, cl), 2, False)
-        assert all(cpu_forward_wins(c(m, cl, differentiated=True), W, False)
-                   for m in (ROWS, SEQ_IDX) for W in (1, 2))
+        assert fwd(c(ROWS, cl), 2, True) and fwd(c(ROWS, cl, True), 2)
+        assert fwd(c(VARLEN, cl), 2)
+        assert all(fwd(c(m, cl, differentiated=True), W) for m in (ROWS, SEQ_IDX) for W in (1, 2))
+        assert all(bwd(c(m, cl), W) for m in (ROWS, SEQ_IDX, VARLEN) for W in (1, 2, 3))
+        # W = 1 channels-first float32 / float64 without states: XLA, forward and backward
+        for dt in (f32, f64, f16, bf16):
+            whole = not cl and dt in (f32, f64)
+            for m in (ROWS, SEQ_IDX):
+                assert fwd(c(m, cl, differentiated=True), 1, dt=dt) == (not whole)
+                assert bwd(c(m, cl), 1, dt=dt) == (not whole)
+            assert fwd(c(ROWS, cl, differentiated=True), 2, dt=dt) and bwd(c(ROWS, cl), 2, dt=dt)
+            assert bwd(c(ROWS, cl), 1, True, dt) and bwd(c(ROWS, cl, True), 1, dt=dt)
+            assert bwd(c(VARLEN, cl), 1, dt=dt)
 
 
 def _calls(f, *args):
@@ -95,6 +107,38 @@ def test_cpu_short_forward_takes_xla_outside_training(W, cl):
     gf = jax.grad(lambda x, w: jnp.sum(conv("ffi", s)(x, w) ** 2), (0, 1))(x, w)
     for a, b in zip(ga, gf):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("cl", [False, True])
+def test_cpu_w1_float32_step_takes_xla(cl, dtype):
+    """A training step at W = 1 channels-first in float32: XLA's twin,
+    forward and backward (no call of ours); channels-last or 16-bit: ours.
+    The same values and gradients as the kernel's either way."""
+    cpu = jax.devices("cpu")[0]
+    rng = np.random.default_rng(1)
+    x = jax.device_put(jnp.asarray(rng.standard_normal((2, 40, 16) if cl else (2, 16, 40)), dtype), cpu)
+    w = jax.device_put(jnp.asarray(rng.standard_normal((16, 1)), dtype), cpu)
+    s = jax.device_put(jnp.asarray(np.repeat([[0, 1, -1, 2]], 10, axis=1).repeat(2, 0), jnp.int32), cpu)
+
+    def step(backend, seq=None):
+        def loss(x, w):
+            y = jcc.causal_conv1d(x, w, activation="silu", seq_idx=seq, channels_last=cl, backend=backend)
+            return jnp.sum(y.astype(jnp.float32) ** 2)
+        return lambda x, w: jax.value_and_grad(loss, (0, 1))(x, w)
+    ours = cl or dtype != jnp.float32
+    for seq in (None, s):
+        assert _calls(step("auto", seq), x, w) == ((1, 1) if ours else (0, 0))
+        assert _calls(step("ffi", seq), x, w) == (1, 1)
+        (va, ga), (vf, gf) = step("auto", seq)(x, w), step("ffi", seq)(x, w)
+        tol = 1e-5 if dtype == jnp.float32 else 2e-2
+        np.testing.assert_allclose(va, vf, rtol=tol)
+        for a, b in zip(ga, gf):
+            np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=tol, atol=tol)
+    init = jnp.ones((2, 0, 16) if cl else (2, 16, 0), dtype)
+    with_states = lambda x, w: jax.grad(lambda x, w: jnp.sum(jcc.causal_conv1d(  # noqa: E731
+        x, w, initial_states=init, channels_last=cl).astype(jnp.float32)), (0, 1))(x, w)
+    assert _calls(with_states, x, w)[1] == 1  # states: the kernel
 
 
 @pytest.mark.parametrize("cl", [False, True])

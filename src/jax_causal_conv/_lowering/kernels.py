@@ -7,7 +7,7 @@ import functools
 
 from . import ffi_calls, xla_twins
 from .dispatch import dispatch
-from .routing import cpu_forward_wins, gpu_kernel_wins
+from .routing import cpu_kernel_wins, gpu_kernel_wins
 
 
 def forward(cfg, x, w, b, res, seq_idx, cu, init):
@@ -16,7 +16,7 @@ def forward(cfg, x, w, b, res, seq_idx, cu, init):
                     x, w, b, res, seq_idx, cu, init,
                     gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1], x.shape[-2 if cfg.channels_last else -1],
                                                x.dtype.itemsize),
-                    cpu_kernel=cpu_forward_wins(cfg, w.shape[-1], init is not None))
+                    cpu_kernel=cpu_kernel_wins(cfg, w.shape[-1], init is not None, x.dtype))
 
 
 def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
@@ -24,7 +24,8 @@ def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
                     functools.partial(xla_twins.backward, cfg), x.dtype,
                     x, w, b, seq_idx, cu, init, dy, dfin,
                     gpu_kernel=gpu_kernel_wins(cfg, w.shape[-1], x.shape[-2 if cfg.channels_last else -1],
-                                               x.dtype.itemsize))
+                                               x.dtype.itemsize),
+                    cpu_kernel=cpu_kernel_wins(cfg, w.shape[-1], init is not None, x.dtype, backward=True))
 
 
 def update(cfg, x, state, w, b, cache, idx):

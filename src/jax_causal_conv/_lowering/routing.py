@@ -6,6 +6,8 @@ Every other platform and cell takes the kernel."""
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+
 from .config import VARLEN
 
 
@@ -21,13 +23,19 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int) -> bool:
     return True
 
 
-def cpu_forward_wins(cfg, width: int, has_initial_states: bool) -> bool:
-    """False where the XLA twin's forward is faster on the CPU: a forward
-    that nothing differentiates at W <= 2 without states (dense or seq_idx,
-    either layout), where XLA's one fused elementwise pass is level with the
-    kernel or ahead of it. In a training step the kernel's forward stays:
-    XLA's forward beside our backward measured slower there than ours
-    (docs/performance-log.md, 2026-11-26). The backward keeps the kernel
-    (faster there at every measured width)."""
+def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: bool = False) -> bool:
+    """False where the XLA twin is faster on the CPU (docs/benchmarks.md,
+    CPU sections; measured on the 2-core development machine):
+    - W = 1, channels-first, float32 / float64, without states (dense or
+      seq_idx): the whole op, forward and backward. A per-channel scale
+      that XLA fuses into one pass with its backward; ours is two. (16-bit
+      types and channels-last: the kernel, well ahead of XLA there.)
+    - a forward that nothing differentiates at W <= 2 without states (dense
+      or seq_idx, either layout), where XLA's one fused elementwise pass is
+      level with the kernel or ahead of it. In a training step the kernel's
+      forward stays there: XLA's forward beside our backward measured slower.
+    Elsewhere the kernel (the backward faster at every other measured cell)."""
     plain = cfg.mode != VARLEN and not has_initial_states and not cfg.want_final
-    return cfg.differentiated or not (width <= 2 and plain)
+    if width == 1 and plain and not cfg.channels_last and jnp.dtype(dtype) in (jnp.float32, jnp.float64):
+        return False
+    return backward or cfg.differentiated or not (width <= 2 and plain)
