@@ -113,13 +113,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
       WithStepIds<kMasked, N, -kH, kH + N>(plain, a, b, p0, hist, grads);  // idw[i]: step p0 - kH + i
     };
 
-    float gcur[N], gnext[N];
-    g_of(0, gcur);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      g_of(j + 1, gnext);
-      float r[kHs];
-      RightHalo<N, kH>(gcur, gnext, lane, r);
+    WalkGradVectors<N, kH, V>(lane, g_of, [&](int j, const float(&gcur)[N], const float(&r)[kHs]) {
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       // seq_idx: plain when this vector and the outputs its inputs reach
       // (the next kH steps) hold one live id
@@ -148,9 +142,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
         WithStepIds<kMasked, N, 0, N + kH>(plain, a, b, p0, hist, dxs);  // idr[i]: step p0 + i
         StoreVec<T, N>(dxrow + p0, dx);
       }
-#pragma unroll
-      for (int n = 0; n < N; ++n) gcur[n] = gnext[n];
-    }
+    });
   }
 
   // Warp reduction, then lane k writes tap k's partial.
@@ -269,13 +261,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
       }
     };
 
-    float gcur[N], gnext[N];
-    g_of(0, gcur);
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      g_of(j + 1, gnext);
-      float r[kHs];
-      RightHalo<N, kH>(gcur, gnext, lane, r);
+    WalkGradVectors<N, kH, V>(lane, g_of, [&](int j, const float(&gcur)[N], const float(&r)[kHs]) {
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       if (p0 < L) {
         float gw[N + kH];  // gw[i] is g at step p0 + i
@@ -300,9 +286,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
           dxs(std::false_type{});
         StoreVec<T, N>(dxrow + p0, dx);
       }
-#pragma unroll
-      for (int n = 0; n < N; ++n) gcur[n] = gnext[n];
-    }
+    });
 
     const float mine = WarpTapSums<kW>(sums, lane);
     if (lane <= kW) ws[(part * a.dim + d) * (kW + 1) + lane] = mine;

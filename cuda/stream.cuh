@@ -162,6 +162,24 @@ __device__ __forceinline__ void GradWindow(const float (&g)[N], const float (&r)
   for (int m = 0; m < kH; ++m) gw[N + m] = r[m];
 }
 
+// The backward's walk over a chunk's V vectors: g of vector j + 1 (g_of,
+// every lane), the kH values of g after vector j (RightHalo), then
+// body(j, g of vector j, those kH values). Every lane calls it.
+template <int N, int kH, int V, typename G, typename Body>
+__device__ __forceinline__ void WalkGradVectors(int lane, G&& g_of, Body&& body) {
+  float gcur[N], gnext[N];
+  g_of(0, gcur);
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    g_of(j + 1, gnext);
+    float r[kH > 0 ? kH : 1];
+    RightHalo<N, kH>(gcur, gnext, lane, r);
+    body(j, gcur, r);
+#pragma unroll
+    for (int n = 0; n < N; ++n) gcur[n] = gnext[n];
+  }
+}
+
 // out += the residual vector `raw`.
 template <typename T, int N>
 __device__ __forceinline__ void AddResidual(const uint4& raw, float (&out)[N]) {
