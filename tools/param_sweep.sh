@@ -2,7 +2,8 @@
 # Compile-time parameter sweep on the GPU machine, in one device call: for
 # each variant, apply its sed expression to its file, rebuild (tools/
 # device_build.sh: only what changed), run the benchmark command with
-# `--json $OUT/NAME.json` appended, and restore the file. A variant with an
+# `--json $OUT/NAME.json` appended, and restore the file (an expression
+# @PATH copies the file at PATH over it instead). A variant with an
 # empty expression times the tree as it is. Then the side-by-side table of
 # benchmarks/matrix_compare.py. Logs in $OUT/NAME.log. (SWEEP_BUILD: another
 # build script, e.g. /dev/null to try the script itself.)
@@ -17,7 +18,8 @@ names=()
 while [ $# -ge 3 ]; do
   name=$1 expr=$2 file=$3; shift 3
   if [ -n "$expr" ]; then
-    cp "$file" "$OUT/.sweep_saved" && sed -i "$expr" "$file"
+    cp "$file" "$OUT/.sweep_saved"
+    if [[ $expr == @* ]]; then cp "${expr#@}" "$file"; else sed -i "$expr" "$file"; fi
     cmp -s "$file" "$OUT/.sweep_saved" && echo "$name: the expression changed nothing in $file"
   fi
   if bash ${SWEEP_BUILD:-tools/device_build.sh}; then
