@@ -162,11 +162,11 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
 // once; then each channel runs BwdStreamKernel's pass, a warp step whose
 // words are not all set through selects, and writes its partial
 // dweight/dbias to ws as BwdStreamKernel does.
-// (4 blocks an SM asked of the compiler: unbounded it takes all 255
-// registers at some widths, for 2; at 4 (128 registers) nothing spills and
-// it measured faster than at 3: docs/performance-log.md, 2026-11-26.)
+// (Blocks an SM asked of the compiler, BwdIdsMinBlocks: unbounded it takes
+// all 255 registers at some widths, for 2 blocks; at 4 (128 registers)
+// nothing spills.)
 template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, 4)
+__global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
@@ -219,6 +219,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
       xr[j + 1] = ok ? LoadRaw16(xrow + t) : zero;
       dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
     }
+    PrefetchNextChannel<T, kW, true>(a, b, d, c0, S::kChunk, a.dy, lane);
     float w[kW];
     const float bias = LoadStreamTaps<kW>(a, b, d, 0, w);
     float sums[kW + 1] = {};  // partial dweight and dbias (index kW)

@@ -20,6 +20,26 @@ namespace jcc::cuda {
 // (8 measured faster than 4, and 4 than 2: docs/performance-log.md, 2026-11-26)
 constexpr int kIdChannels = 8;
 
+// Whether a warp asks L2 for its next channel's chunk (PrefetchL2) while
+// it works on this one (the channels run one after another, each one's
+// loads waited for before its sums), and the blocks an SM the backward
+// asks of the compiler (5 spill a few words from W = 4, more from W = 6).
+// Both measured per width (docs/performance-log.md, 2026-11-26, fourth
+// session); W 6, 7 take their neighbours' choice.
+__host__ __device__ constexpr bool IdPrefetch(int w, bool backward) { return backward ? w <= 5 : w >= 5; }
+__host__ __device__ constexpr int BwdIdsMinBlocks(int w) { return w >= 3 && w <= 5 ? 5 : 4; }
+
+// The chunk of channel d + 1 from c0 (x and a second tensor: dy or the
+// residual, if any) asked of L2, for the kernels' channel loop.
+template <typename T, int kW, bool kBackward>
+__device__ __forceinline__ void PrefetchNextChannel(const ConvArgs& a, int64_t b, int64_t d, int64_t c0,
+                                                    int64_t chunk, const void* second, int lane) {
+  if (!IdPrefetch(kW, kBackward) || d + 1 >= a.dim) return;
+  const uint32_t bytes = uint32_t(Min64(chunk, a.len - c0) * int64_t(sizeof(T)));
+  PrefetchL2(static_cast<const T*>(a.x) + a.x_layout().At(b, d + 1, 0) + c0, bytes, lane);
+  if (second) PrefetchL2(static_cast<const T*>(second) + a.io_layout().At(b, d + 1, 0) + c0, bytes, lane);
+}
+
 __host__ __device__ __forceinline__ int64_t IdGroupsPerRow(int64_t dim) {
   return CeilDiv(dim, int64_t(kStreamWarps) * kIdChannels);
 }
