@@ -12,6 +12,9 @@ faulty kernel then hides only the cases after it in its own part. `wide`
 keeps only the convolutions at W > 12 (both wide families, the tensor-core
 forwards and the tile family's wide widths), for the slower racecheck and synccheck;
 `--cases` runs the cases of those indices into CASES (the order they are added in).
+`PROBE_WALK=only` keeps only the two large walk cases, `PROBE_WALK=skip` all
+but them (initcheck takes minutes on them unless filtered to our streaming
+kernels: `compute-sanitizer --tool initcheck --kernel-name kns=Stream`).
 """
 import inspect
 import os
@@ -221,6 +224,8 @@ for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 16398, 1032), 4, "states"),
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]
+if os.environ.get("PROBE_WALK") in ("only", "skip"):
+    mine = [(w, f) for w, f in mine if (w[0] == "walk") == (os.environ["PROBE_WALK"] == "only")]
 for i, (what, fn) in enumerate(mine):
     try:
         fn()
