@@ -1,7 +1,10 @@
 // The channels-last decode hot path: one new token, state_len == W - 1,
-// whole aligned 16-byte channel vectors. A thread owns C channels of one
-// row: x, y and each of the H state entries are one 16-byte word at a
-// stride of dim (coalesced across the warp), the weights C x W contiguous.
+// whole aligned channel words of kBytes (16 or 8). A thread owns C =
+// kBytes / sizeof(T) channels of one row: x, y and each of the H state
+// entries are one word at a stride of dim (coalesced across the warp), the
+// weights C x W contiguous. 8-byte words while the whole grid of them fits
+// on the GPU at once (twice the threads share each row's latency), else
+// 16, as the channels-first path chooses 4 or 8 channels.
 #include <cstdint>
 
 #include "launchers.h"
@@ -10,10 +13,10 @@
 namespace jcc::cuda {
 namespace {
 
-template <typename T, int kW>
+template <typename T, int kW, int kBytes>
 __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const UpdateArgs u) {
-  constexpr int H = kW - 1, C = 16 / int(sizeof(T));
-  using Vec = RawVec<T, 16>;
+  constexpr int H = kW - 1, C = kBytes / int(sizeof(T));
+  using Vec = RawVec<T, kBytes>;
   const int64_t chunks = u.dim / C;
   const int64_t i = blockIdx.x * int64_t(kUpdateThreads) + threadIdx.x;
   if (i >= u.batch * chunks) return;
@@ -79,22 +82,38 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
   }
 }
 
+template <typename T, int kW, int kBytes>
+cudaError_t LaunchUpdateClVec(const UpdateArgs& u, cudaStream_t stream) {
+  const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / (kBytes / int(sizeof(T)))), kUpdateThreads));
+  UpdateClVecKernel<T, kW, kBytes><<<blocks, kUpdateThreads, 0, stream>>>(u);
+  return cudaGetLastError();
+}
+
+template <typename T, int kW>
+cudaError_t LaunchUpdateClVecBest(const UpdateArgs& u, cudaStream_t stream) {
+  cudaError_t err = cudaSuccess;
+  const int sms = CurrentDeviceSms(&err);
+  if (err != cudaSuccess) return err;
+  constexpr int kWide = 16 / int(sizeof(T)), kNarrow = 8 / int(sizeof(T));
+  if (u.dim % kWide != 0 ||
+      u.batch * (u.dim / kNarrow) <= ResidentThreads<UpdateClVecKernel<T, kW, 8>>(sms))
+    return LaunchUpdateClVec<T, kW, 8>(u, stream);
+  return LaunchUpdateClVec<T, kW, 16>(u, stream);
+}
+
 // The channels-last hot path, when the problem fits it (false: launch nothing).
 template <typename T>
 bool TryUpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
-  constexpr int C = 16 / int(sizeof(T));
   if (!u.channels_last || !u.x_dense() || u.seqlen != 1 || u.width < 2 || u.width > 4 ||
-      u.state_len != u.width - 1 || u.dim % C != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
+      u.state_len != u.width - 1 || u.dim % (8 / int(sizeof(T))) != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
       !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
       u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64)
     return false;
-  const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / C), kUpdateThreads));
   switch (u.width) {
-    case 2: UpdateClVecKernel<T, 2><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
-    case 3: UpdateClVecKernel<T, 3><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
-    default: UpdateClVecKernel<T, 4><<<blocks, kUpdateThreads, 0, stream>>>(u); break;
+    case 2: *err = LaunchUpdateClVecBest<T, 2>(u, stream); break;
+    case 3: *err = LaunchUpdateClVecBest<T, 3>(u, stream); break;
+    default: *err = LaunchUpdateClVecBest<T, 4>(u, stream); break;
   }
-  *err = cudaGetLastError();
   return true;
 }
 

@@ -175,19 +175,6 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
   }
 }
 
-// Threads of UpdateVecKernel<T, kW, C> a GPU of `sms` SMs holds at once.
-template <typename T, int kW, int C>
-int64_t ResidentThreads(int sms) {
-  static const int blocks_per_sm = [] {
-    int b = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, UpdateVecKernel<T, kW, C>, kUpdateThreads, 0) ==
-                   cudaSuccess
-               ? b
-               : 1;
-  }();
-  return int64_t(std::max(sms, 1)) * std::max(blocks_per_sm, 1) * kUpdateThreads;
-}
-
 // Rows per thread: one, unless the (batch, dim / C) grid is larger than
 // the GPU holds at once; then as many as spread the rows evenly over it.
 template <typename T, int kW, int C>
@@ -203,21 +190,6 @@ cudaError_t LaunchUpdateVec(const UpdateArgs& u, int64_t resident, cudaStream_t 
   return cudaGetLastError();
 }
 
-// The current device's SM count, asked of the runtime once per device: the
-// query is host time on every decode step (docs/performance-log.md).
-int CurrentDeviceSms(cudaError_t* err) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> sms_of[kMaxDevices] = {};
-  int device = 0, sms = 0;
-  *err = cudaGetDevice(&device);
-  if (*err != cudaSuccess) return 0;
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached && (sms = sms_of[device].load(std::memory_order_relaxed)) > 0) return sms;
-  *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (*err == cudaSuccess && cached) sms_of[device].store(sms, std::memory_order_relaxed);
-  return sms;
-}
-
 // 4 channels per thread while the whole grid is resident at once, one row
 // per thread: twice the warps then share each row's latency. Past that, 8
 // channels and several rows per thread (both measured faster there:
@@ -227,9 +199,9 @@ cudaError_t LaunchUpdateVecBest(const UpdateArgs& u, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   const int sms = CurrentDeviceSms(&err);
   if (err != cudaSuccess) return err;
-  const int64_t resident4 = ResidentThreads<T, kW, 4>(sms);
+  const int64_t resident4 = ResidentThreads<UpdateVecKernel<T, kW, 4>>(sms);
   if (u.dim % 8 != 0 || u.batch * (u.dim / 4) <= resident4) return LaunchUpdateVec<T, kW, 4>(u, resident4, stream);
-  return LaunchUpdateVec<T, kW, 8>(u, ResidentThreads<T, kW, 8>(sms), stream);
+  return LaunchUpdateVec<T, kW, 8>(u, ResidentThreads<UpdateVecKernel<T, kW, 8>>(sms), stream);
 }
 
 template <typename T>
@@ -252,6 +224,19 @@ bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
 }
 
 }  // namespace
+
+int CurrentDeviceSms(cudaError_t* err) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> sms_of[kMaxDevices] = {};
+  int device = 0, sms = 0;
+  *err = cudaGetDevice(&device);
+  if (*err != cudaSuccess) return 0;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && (sms = sms_of[device].load(std::memory_order_relaxed)) > 0) return sms;
+  *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (*err == cudaSuccess && cached) sms_of[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
 
 bool UpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   return WithFloatType(u.x_dtype, false,

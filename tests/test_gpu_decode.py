@@ -42,6 +42,27 @@ def test_small_update_channels_last(dtype, W, S):
             check(f, (x, st), dtype, f"update cl {sorted(kw)}")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_update_channels_last_wide_words(dtype):
+    """The channels-last vector kernel moves 8-byte channel words while its
+    grid fits on the GPU at once (the small test's shapes) and 16-byte words
+    past that: a batch of 512 x 8192 channels takes the 16-byte kernel."""
+    rng = np.random.default_rng(7)
+    dt = DT[dtype]
+    B, D, W, slots = 512, 8192, 4, 600
+    x = jnp.asarray(rng.standard_normal((B, D)), dt)
+    st = jnp.asarray(rng.standard_normal((slots, W - 1, D)), dt)
+    w = jnp.asarray(rng.standard_normal((D, W)), dt)
+    b = jnp.asarray(rng.standard_normal((D,)), dt)
+    idx = np.asarray(rng.permutation(slots)[:B], np.int32)
+    idx[1::7] = -1
+    seqlens = jnp.asarray(rng.integers(0, 50, B), jnp.int32)
+    for kw in ({}, {"cache_seqlens": seqlens, "conv_state_indices": jnp.asarray(idx)}):
+        f = lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu",
+                                                   channels_last=True, backend="ffi", **kw)
+        check(f, (x, st), dtype, f"update cl wide words {sorted(kw)}")
+
+
 def test_small_varlen_states_channels_last():
     rng = np.random.default_rng(2)
     cu = jnp.asarray([0, 5, 5, 40, 41, 300], jnp.int32)
