@@ -49,7 +49,6 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
   float w[kW];
   const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
   float part[kW + 1] = {};  // partial dweight (bucket slots) and dbias (index kW)
-  const uint4 zero = make_uint4(0, 0, 0, 0);
 
   for (int64_t ci = pl.first_chunk; ci < chunk_end; ++ci) {
     const int64_t c0 = ci * S::kChunk;
@@ -60,14 +59,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
     int32_t sum[kMasked ? V + 2 : 1];
     const bool before = kQ > 0 && lane >= 32 - kQ;
     const int64_t t_before = c0 - (32 - lane) * N;
-    xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
-#pragma unroll
-    for (int j = 0; j <= V; ++j) {
-      const int64_t t = c0 + int64_t(j * 32 + lane) * N;
-      const bool ok = t < L && (j < V || lane < kQ);
-      xr[j + 1] = ok ? LoadRaw16(xrow + t) : zero;
-      dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
-    }
+    LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, xr, dyr);
     if constexpr (kMasked) {
       sum[0] = StreamIdSummary<N>(a, b, t_before, hist, before);
 #pragma unroll
@@ -198,7 +190,6 @@ __global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
   const Word(&my_tap)[Masks::kG][32] = tap_words[threadIdx.x >> 5];
   const Word(&my_dx)[V][32] = dx_words[threadIdx.x >> 5];
   const bool silu = a.act == Activation::kSilu;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
   const int64_t part = b * spans_per_row + pl.span;  // (BwdStreamKernel's grp * nparts + partidx)
 
 #pragma unroll 1  // (one channel's vectors in registers at a time)
@@ -211,14 +202,7 @@ __global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
     T* dxrow = static_cast<T*>(a.dx) + row;
     // All loads first, as BwdStreamKernel's.
     uint4 xr[V + 2], dyr[V + 1];
-    xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
-#pragma unroll
-    for (int j = 0; j <= V; ++j) {
-      const int64_t t = c0 + int64_t(j * 32 + lane) * N;
-      const bool ok = t < L && (j < V || lane < kQ);
-      xr[j + 1] = ok ? LoadRaw16(xrow + t) : zero;
-      dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
-    }
+    LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, xr, dyr);
     PrefetchNextChannel<T, kW, true>(a, b, d, c0, S::kChunk, a.dy, lane);
     float w[kW];
     const float bias = LoadStreamTaps<kW>(a, b, d, 0, w);

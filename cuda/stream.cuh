@@ -111,6 +111,29 @@ __device__ __forceinline__ uint4 LoadVectorBefore(const ConvArgs& a, const T* xr
   return raw;
 }
 
+// The backward's loads of one channel row's chunk at c0 (rows of L steps),
+// issued together before any is used: xr[j + 1] = x vector j for j = -1 ..
+// V (the vector before the chunk, at t_before, for the lanes whose halo
+// reaches back there (`before`); vector V for the lanes < kQ, whose g the
+// lanes ahead need; zeros elsewhere and past the end), dyr[j] = dy vector j
+// for j = 0 .. V likewise.
+template <typename T, int kQ>
+__device__ __forceinline__ void LoadBackwardChunk(const ConvArgs& a, const T* xrow, const T* dyrow, int64_t b,
+                                                  int64_t d, int64_t c0, int64_t L, int lane, bool before,
+                                                  int64_t t_before, uint4 (&xr)[Stream<T>::kVecs + 2],
+                                                  uint4 (&dyr)[Stream<T>::kVecs + 1]) {
+  constexpr int N = Stream<T>::kN, V = Stream<T>::kVecs;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
+#pragma unroll
+  for (int j = 0; j <= V; ++j) {
+    const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+    const bool ok = t < L && (j < V || lane < kQ);
+    xr[j + 1] = ok ? LoadRaw16(xrow + t) : zero;
+    dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
+  }
+}
+
 // h[i] = the input at step p0 - kH + i (kH = kW - 1) for this lane's vector
 // with elements `cur` (vector j) and `prev` (vector j - 1): from lane l - q
 // by one shuffle per value. Every lane calls it (shuffles are warp-wide).
