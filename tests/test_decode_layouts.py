@@ -179,6 +179,34 @@ def test_channels_last_kernel_path_has_no_transpose(single, circular):
     assert custom_calls(vs) == 1 and "transpose(" not in vs
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("circular", [False, True])
+def test_update_without_slot_indices_computes_nothing_else(channels_last, circular):
+    """Without conv_state_indices the kernels read row b's state from slot b
+    themselves: the compiled update is the custom call and bitcasts, no
+    iota of slot numbers (which once cost a GPU kernel per layer of a
+    decode step), and it equals the reference."""
+    B, D, W = 4, 32, 4
+    rng = np.random.default_rng(3)
+    x, w = rand(rng, (B, D)), rand(rng, (D, W))
+    st = rand(rng, (B, W - 1, D) if channels_last else (B, D, W - 1))
+    cs = jnp.asarray([0, 5, 2, 7], jnp.int32) if circular else None
+
+    def f(x, st, mod):
+        return mod.causal_conv1d_update(x, st, w, activation="silu", cache_seqlens=cs,
+                                        channels_last=channels_last, **(
+                                            {"backend": "ffi"} if mod is jcc else {}))
+
+    step = jax.jit(lambda x, st: f(x, st, jcc), donate_argnums=1)
+    entry = step.lower(x, st).compile().as_text().split("ENTRY")[1]
+    assert custom_calls(entry) == 1
+    assert "iota" not in entry and "fusion(" not in entry, entry
+    y, ns = f(x, st, reference)
+    y2, ns2 = step(x, jnp.array(st))
+    close(y2, y, jnp.float32)
+    np.testing.assert_array_equal(np.asarray(ns2), np.asarray(ns))
+
+
 @pytest.mark.parametrize("single", [True, False])
 def test_channels_last_update_is_in_place_when_donated(single):
     B, D, W = 3, 16, 4

@@ -102,7 +102,7 @@ def update(cfg, split, blocked, x, state, w, b, cache, idx):
     lead = x.shape[:k]
     B, N = x.shape[k], state.shape[k]
     slot_axes = split.of("n")
-    if idx is None:
+    if idx is None and (slot_axes or k):  # (else the kernels' own default, slot = row: no iota a call)
         idx = jnp.broadcast_to(jnp.arange(B, dtype=jnp.int32), lead + (B,))
         if blocked and slot_axes:  # global row numbers are the slot numbers
             idx = idx + lax.axis_index(slot_axes) * B
