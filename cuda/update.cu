@@ -12,9 +12,13 @@ namespace jcc::cuda {
 namespace {
 
 // Thread per (b, d): y[b, d, :] and the state of channel d in its slot, for
-// either layout (UpdateArgs::XAt / StateAt; channels-last threads of a warp
-// touch consecutive channels).
-template <typename T>
+// either layout (consecutive threads take consecutive channels). Serves the
+// multi-token steps and the speculative ring (state_len > W - 1), so it keeps
+// the window of the last W inputs in registers (kMaxW >= W slots, the window
+// right-aligned so every index is a compile-time one), the taps loaded once,
+// and walks the ring with wrap-around increments instead of a division per
+// entry. kMaxW == 0: any width, inputs read from memory per tap.
+template <typename T, int kMaxW>
 __global__ void UpdateKernel(const UpdateArgs u) {
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= u.batch * u.dim) return;
@@ -26,44 +30,79 @@ __global__ void UpdateKernel(const UpdateArgs u) {
   } else {
     b = i / u.dim, d = i % u.dim, g = b / (u.batch / u.groups);
   }
-  const int64_t W = u.width, H = W - 1, S = u.seqlen, SL = u.state_len;
-  const T* x = static_cast<const T*>(u.x);
-  T* y = static_cast<T*>(u.y);
+  const int W = int(u.width), H = W - 1, S = int(u.seqlen), SL = int(u.state_len);
+  // Element strides between consecutive tokens of x and y and entries of the state.
+  const int64_t xs = u.channels_last ? (u.x_row_stride ? u.x_row_stride : u.dim) : 1;
+  const int64_t ys = u.channels_last ? u.dim : 1;
+  const int64_t ss = u.channels_last ? u.dim : 1;
+  const T* x = static_cast<const T*>(u.x) + u.XAt(b, d, 0);
+  T* y = static_cast<T*>(u.y) + u.YAt(b, d, 0);
   const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
   if (slot < 0 || slot >= u.num_slots) {  // padding row (or a bad index): zeros, state untouched
-    for (int64_t s = 0; s < S; ++s) y[u.YAt(b, d, s)] = FromF<T>(0.f);
+    for (int s = 0; s < S; ++s) y[s * ys] = FromF<T>(0.f);
     return;
   }
-  T* st = static_cast<T*>(u.conv_state);
-  auto entry = [&](int64_t j) -> T& { return st[u.StateAt(slot, d, j)]; };
+  T* st = static_cast<T*>(u.conv_state) + u.StateAt(slot, d, 0);
   const int64_t wrow = g * u.dim + d;
   const bool silu = u.act == Activation::kSilu;
   const float bias = u.bias ? LoadAnyF(u.bias, u.b_dtype, wrow) : 0.f;
-  // Circular buffer: the oldest of the H entries we need sits at `head`.
-  const int64_t c = u.cache_seqlens ? int64_t(u.cache_seqlens[b]) : 0;
-  int64_t head = SL - H;
-  if (u.cache_seqlens && SL > 0) head = ((c - H) % SL + SL) % SL;
+  // Circular buffer: the oldest of the H entries we need sits at `head`;
+  // token s goes to entry (c + s) mod SL.
+  const bool ring = u.cache_seqlens != nullptr && SL > 0;
+  const int c = ring ? int(u.cache_seqlens[b]) : 0;
+  auto wrap = [SL](int q) { return q >= SL ? q - SL : q; };  // q < 2 * SL
+  int head = SL - H;
+  if (ring) head = ((c - H) % SL + SL) % SL;
+  int put = ring ? ((c % SL) + SL) % SL : 0;  // the entry token 0 would take
 
-  // xp = [H most recent state entries, S new inputs], read on the fly.
-  auto xp = [&](int64_t j) -> float {
-    if (j >= H) return ToF(x[u.XAt(b, d, j - H)]);
-    int64_t q = head + j;
-    if (u.cache_seqlens) q %= SL;
-    return ToF(entry(q));
-  };
-  for (int64_t s = 0; s < S; ++s) {
-    float acc = bias;
-    for (int64_t k = 0; k < W; ++k) acc += LoadAnyF(u.weight, u.w_dtype, wrow * W + k) * xp(s + k);
-    y[u.YAt(b, d, s)] = FromF<T>(Activate(acc, silu));
-  }
-  if (SL == 0) return;
-  if (u.cache_seqlens) {
-    for (int64_t s = Max64(0, S - SL); s < S; ++s) entry((((c + s) % SL) + SL) % SL) = x[u.XAt(b, d, s)];
-  } else if (S >= SL) {
-    for (int64_t q = 0; q < SL; ++q) entry(q) = x[u.XAt(b, d, S - SL + q)];
+  if constexpr (kMaxW > 0) {
+    float w[kMaxW], win[kMaxW];  // both right-aligned: slot kMaxW - W + k holds tap k
+#pragma unroll
+    for (int k = 0; k < kMaxW; ++k) {
+      const int j = k - (kMaxW - W);  // the tap / state entry of slot k
+      w[k] = j >= 0 ? LoadAnyF(u.weight, u.w_dtype, wrow * W + j) : 0.f;
+      win[k] = j >= 0 && j < H ? ToF(st[wrap(head + j) * ss]) : 0.f;
+    }
+    // Writing the ring as the tokens go is safe: its H read entries are in
+    // registers. Tokens before S - SL would be overwritten; skip them.
+    const int first_put = S > SL ? S - SL : 0;
+    if (ring) put = wrap(put + first_put % SL);
+    for (int s = 0; s < S; ++s) {
+      const T xv = x[s * xs];
+      win[kMaxW - 1] = ToF(xv);
+      float acc = bias;
+#pragma unroll
+      for (int k = 0; k < kMaxW; ++k)
+        if (k >= kMaxW - W) acc += w[k] * win[k];
+      y[s * ys] = FromF<T>(Activate(acc, silu));
+#pragma unroll
+      for (int k = 0; k + 1 < kMaxW; ++k) win[k] = win[k + 1];
+      if (ring && s >= first_put) {
+        st[put * ss] = xv;
+        put = wrap(put + 1);
+      }
+    }
   } else {
-    for (int64_t q = 0; q < SL - S; ++q) entry(q) = entry(q + S);
-    for (int64_t q = 0; q < S; ++q) entry(SL - S + q) = x[u.XAt(b, d, q)];
+    // xp = [H most recent state entries, S new inputs], read on the fly.
+    auto xp = [&](int j) -> float { return j >= H ? ToF(x[(j - H) * xs]) : ToF(st[wrap(head + j) * ss]); };
+    for (int s = 0; s < S; ++s) {
+      float acc = bias;
+      for (int k = 0; k < W; ++k) acc += LoadAnyF(u.weight, u.w_dtype, wrow * W + k) * xp(s + k);
+      y[s * ys] = FromF<T>(Activate(acc, silu));
+    }
+    if (ring) {
+      const int first_put = S > SL ? S - SL : 0;
+      put = wrap(put + first_put % SL);
+      for (int s = first_put; s < S; ++s, put = wrap(put + 1)) st[put * ss] = x[s * xs];
+    }
+  }
+  if (SL == 0 || ring) return;
+  // Rolling state: shift left by S, the new tokens at the end.
+  if (S >= SL) {
+    for (int q = 0; q < SL; ++q) st[q * ss] = x[(S - SL + q) * xs];
+  } else {
+    for (int q = 0; q < SL - S; ++q) st[q * ss] = st[(q + S) * ss];
+    for (int q = 0; q < S; ++q) st[(SL - S + q) * ss] = x[q * xs];
   }
 }
 
@@ -94,7 +133,10 @@ cudaError_t UpdateT(const UpdateArgs& u, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
   if (UpdateVec(u, stream, &err) || UpdateClVec(u, stream, &err)) return err;
-  UpdateKernel<T><<<unsigned(CeilDiv(n, 256)), 256, 0, stream>>>(u);
+  const unsigned blocks = unsigned(CeilDiv(n, 256));
+  if (u.width <= 4) UpdateKernel<T, 4><<<blocks, 256, 0, stream>>>(u);
+  else if (u.width <= 8) UpdateKernel<T, 8><<<blocks, 256, 0, stream>>>(u);
+  else UpdateKernel<T, 0><<<blocks, 256, 0, stream>>>(u);
   return cudaGetLastError();
 }
 

@@ -221,6 +221,27 @@ for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 16398, 1032), 4, "states"),
                                (jnp.float32, (1, 32770, 2572), 11, "seq")):
     case(("walk", dt.__name__, B, D, L, W, mode))(lambda c=(dt, B, D, L, W, mode): walk_case(*c))
 
+# decode, the general kernel's register window (W <= 4, <= 8) and its
+# any-width loop (W > 8): multi-token steps through the speculative ring and
+# the rolling state, one row padding (added last: the case numbers above
+# are named in docs).
+for W, S, SL in ((4, 3, 6), (6, 5, 7), (10, 3, 9)):
+    for cl in (False, True) if CL_DECODE else (False,):
+        B, D = 3, 40
+        x = jnp.asarray(rng.standard_normal((B, S, D) if cl else (B, D, S)), jnp.bfloat16)
+        st = jnp.asarray(rng.standard_normal((B + 1, SL, D) if cl else (B + 1, D, SL)), jnp.bfloat16)
+        w, b = jnp.asarray(rng.standard_normal((D, W)), jnp.float32), jnp.asarray(rng.standard_normal((D,)), jnp.float32)
+        for kw in ({"conv_state_indices": jnp.asarray([2, -1, 0], jnp.int32)},
+                   {"cache_seqlens": jnp.asarray([0, 5, 13], jnp.int32),
+                    "conv_state_indices": jnp.asarray([2, -1, 0], jnp.int32)}):
+            clkw = {"channels_last": True} if cl else {}
+
+            @case(("update_multi", W, S, SL, cl, len(kw)))
+            def _(x=x, st=st, w=w, b=b, clkw=clkw, kw=kw, what=("update_multi", W, S, cl)):
+                f = jax.jit(lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu",
+                                                                   **clkw, **kw))
+                agree(f(x, st), f(*(jax.device_put(a, cpu) for a in (x, st))), jnp.bfloat16, what)
+
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]

@@ -88,8 +88,8 @@ def check_update_modes(x, st, w, b, dtype, seqlens, idx):
 
 
 @pytest.mark.parametrize("dtype", list(DT))
-@pytest.mark.parametrize("W", [1, 2, 4, 5])
-@pytest.mark.parametrize("S", [1, 3])
+@pytest.mark.parametrize("W", [1, 2, 4, 5, 8, 9])
+@pytest.mark.parametrize("S", [1, 3, 7])
 def test_small_update(dtype, W, S):
     rng = np.random.default_rng(W * 10 + S)
     B, D, SL, slots = 5, 36, max(W - 1, 0) + 2, 9
