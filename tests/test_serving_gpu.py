@@ -43,7 +43,7 @@ MODES = {
 
 @pytest.mark.parametrize("dtype", list(DT))
 @pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("W,extra", [(2, 0), (4, 0), (5, 3)])
+@pytest.mark.parametrize("W,extra", [(2, 0), (3, 2), (4, 0), (5, 3)])
 @pytest.mark.parametrize("S", [None, 1, 4])
 @pytest.mark.parametrize("B,D", [(5, 8), (3, 520)])
 def test_small_channels_last_update(dtype, mode, W, extra, S, B, D):
