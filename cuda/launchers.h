@@ -97,10 +97,12 @@ int64_t ClRowChunks(const ConvArgs& a, bool backward);
 int ClRowVec(const ConvArgs& a, bool backward);  // channels per thread
 BackwardPlan TileBackwardPlan(const ConvArgs& a);
 
-// The decode hot paths (update_vec.cu, update_cl_vec.cu): false when the call
-// does not fit them (nothing launched), else the launch status in *err.
+// The decode hot paths (update_vec.cu, update_cl_vec.cu, update_ring_cf.cu):
+// false when the call does not fit them (nothing launched), else the launch
+// status in *err.
 bool UpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err);
 bool UpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err);
+bool UpdateRingCf(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err);
 
 // states.cu
 cudaError_t FinalStates(const ConvArgs& a, cudaStream_t stream);

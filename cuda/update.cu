@@ -1,7 +1,7 @@
 // Decode: the causal conv of S new tokens against a rolling or circular
-// state (the general kernel; the one-token hot paths are update_vec.cu and
-// update_cl_vec.cu), and the extraction of per-sequence states from a packed
-// prefill.
+// state (the general kernel; the hot paths for W <= 4 are update_vec.cu,
+// update_cl_vec.cu and update_ring_cf.cu), and the extraction of
+// per-sequence states from a packed prefill.
 #include <algorithm>
 #include <cstdint>
 
@@ -132,7 +132,7 @@ cudaError_t UpdateT(const UpdateArgs& u, cudaStream_t stream) {
   const int64_t n = u.batch * u.dim;
   if (n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
-  if (UpdateVec(u, stream, &err) || UpdateClVec(u, stream, &err)) return err;
+  if (UpdateVec(u, stream, &err) || UpdateClVec(u, stream, &err) || UpdateRingCf(u, stream, &err)) return err;
   const unsigned blocks = unsigned(CeilDiv(n, 256));
   if (u.width <= 4) UpdateKernel<T, 4><<<blocks, 256, 0, stream>>>(u);
   else if (u.width <= 8) UpdateKernel<T, 8><<<blocks, 256, 0, stream>>>(u);
