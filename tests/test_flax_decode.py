@@ -66,6 +66,12 @@ def _run_spec(step, accept, x_true, full, prefill, schedule, rng):
 # --------------------------------------------------------------------------- linen
 
 
+def _length(seen, step_tokens):
+    """A ring cache's stream length: the tokens before the last decode call
+    (cache_seqlens) and those of it that are kept (step_tokens)."""
+    return np.asarray(seen) + np.asarray(step_tokens)
+
+
 def _linen(W, K, **kw):
     return CausalConv1d(D, kernel_size=W, activation="silu", bias_init=normal_bias,
                         speculative_tokens=K, **kw)
@@ -107,10 +113,10 @@ def test_linen_ring_speculative_decode_equals_full(W, K, prefill):
     sched = (_schedule(rng, K, 4) + [(18, rng.integers(max(0, 18 - K), 19, B))]
              + _schedule(rng, K, 4) + [(min(K + 2, 20), np.full(B, 2))])
     p = _run_spec(step, accept, x, full, prefill, sched, rng)
-    np.testing.assert_array_equal(state["cache"]["cache_seqlens"], p)
+    n = _length(state["cache"]["cache_seqlens"], state["cache"]["step_tokens"])
+    np.testing.assert_array_equal(n, p)
     # the committed window is the last W-1 accepted inputs
-    win = _decode_cache.ring_window(state["cache"]["conv_state"],
-                                    state["cache"]["cache_seqlens"], W - 1)
+    win = _decode_cache.ring_window(state["cache"]["conv_state"], n, W - 1)
     for r in range(B):
         np.testing.assert_array_equal(win[r], x[r, p[r] - (W - 1):p[r]])
 
@@ -129,13 +135,14 @@ def test_linen_accept_method_and_clipping():
     for a in [1, 1]:
         _, mut = m.apply({"params": params, **mut}, a, method=CausalConv1d.accept,
                          mutable=["cache"])
-        np.testing.assert_array_equal(mut["cache"]["cache_seqlens"], [7] * B)
+        np.testing.assert_array_equal(_length(mut["cache"]["cache_seqlens"],
+                                              mut["cache"]["step_tokens"]), [7] * B)
     y, mut = m.apply({"params": params, **mut}, x[:, 7:10], decode=True, mutable=["cache"])
     np.testing.assert_allclose(y, full[:, 7:10], rtol=1e-5, atol=1e-5)
     c = jflax.accept(mut["cache"], 99)
-    np.testing.assert_array_equal(c["cache_seqlens"], [10] * B)
+    np.testing.assert_array_equal(_length(c["cache_seqlens"], c["step_tokens"]), [10] * B)
     c = jflax.accept(mut["cache"], -4)
-    np.testing.assert_array_equal(c["cache_seqlens"], [7] * B)
+    np.testing.assert_array_equal(_length(c["cache_seqlens"], c["step_tokens"]), [7] * B)
     m0 = _linen(W, 0)
     v0 = {"params": params, "cache": m0.init(jax.random.key(0), x, decode=True)["cache"]}
     assert set(v0["cache"]) == {"conv_state"}
@@ -253,8 +260,9 @@ def test_nnx_ring_speculative_decode_equals_full(W, K, prefill):
 
     sched = _schedule(rng, K, 4) + [(17, rng.integers(17 - K, 18, B))] + _schedule(rng, K, 4)
     p = _run_spec(lambda xs: step(m, xs), lambda a: accept(m, a), x, full, prefill, sched, rng)
-    np.testing.assert_array_equal(m.cache_seqlens, p)
-    win = _decode_cache.ring_window(jnp.asarray(m.cache), jnp.asarray(m.cache_seqlens), W - 1)
+    n = _length(m.cache_seqlens, m.step_tokens)
+    np.testing.assert_array_equal(n, p)
+    win = _decode_cache.ring_window(jnp.asarray(m.cache), n, W - 1)
     for r in range(B):
         np.testing.assert_array_equal(win[r], x[r, p[r] - (W - 1):p[r]])
 

@@ -6,12 +6,19 @@ reads without transposes. Two kinds:
 - ordered (``speculative_tokens == 0``): state_len = W-1, the last W-1 inputs,
   newest last: exactly the ``final_states`` of :func:`causal_conv1d`.
 - ring (``speculative_tokens = K > 0``): state_len = W-1+K, the input that was
-  token number t of row b's stream sits at entry ``t mod state_len``, and
-  ``cache_seqlens[b]`` tokens are committed. A step of S tokens writes them
-  after the committed ones; keeping only ``a`` of them (``accept``) moves
-  ``cache_seqlens`` back, and the next step reads exactly the history the ``a``
-  tokens alone would have left, provided at most K tokens were rejected (their
-  writes then never reach the W-1 entries the next step reads).
+  token number t of row b's stream sits at entry ``t mod state_len``. Two
+  counters: ``cache_seqlens[b]``, the tokens before the last step, and
+  ``step_tokens[b]``, how many of that step's tokens are kept (all of them
+  until ``accept`` keeps fewer); the stream holds their sum. A step first
+  commits the kept ones, then writes its S tokens after them. Keeping only
+  ``a`` of a step's tokens leaves the next step reading exactly the history
+  the ``a`` tokens alone would have left, provided at most K tokens were
+  rejected (their writes then never reach the W-1 entries the next step
+  reads). Stored this way, a step's counter update depends on the old
+  counters only and the update kernel reads its result, so XLA needs no
+  copy of a counter the kernel reads while the step overwrites it (with
+  the count advanced after the kernel it made one, and each is a kernel
+  launch: docs/performance-log.md, 2026-11-26 fifth session).
 
 Short steps (decode, speculative verification) run the update kernel; long
 ones (prefill) run the full convolution from the cache's history.
@@ -85,8 +92,15 @@ def ring_step(x, kernel, bias, *, activation, residual, ring, seen, backend):
     return y, ring
 
 
+def commit(seen, step_tokens, tokens):
+    """A ring step of ``tokens`` tokens: -> (cache_seqlens, step_tokens) after
+    it; the first is also the stream length the step's update reads (the kept
+    tokens of the last step committed)."""
+    return seen + step_tokens, jnp.full(step_tokens.shape, tokens, step_tokens.dtype)
+
+
 def accept(seen, step_tokens, num_accepted):
     """Keep the first ``num_accepted`` (clipped to [0, step_tokens]) tokens of
     the last step: -> (seen, step_tokens). Idempotent."""
-    n = jnp.clip(jnp.asarray(num_accepted, seen.dtype), 0, step_tokens)
-    return seen - step_tokens + n, jnp.broadcast_to(n, step_tokens.shape)
+    n = jnp.clip(jnp.asarray(num_accepted, step_tokens.dtype), 0, step_tokens)
+    return seen, jnp.broadcast_to(n, step_tokens.shape)

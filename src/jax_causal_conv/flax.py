@@ -16,8 +16,9 @@ time: the outputs equal the full-sequence ones.
 - ``speculative_tokens=0`` (default): ``conv_state`` is (B, W-1, D), the last
   ``W-1`` inputs, newest last (what ``causal_conv1d`` returns as final states).
 - ``speculative_tokens=K``: ``conv_state`` is a ring of (B, W-1+K, D) entries
-  with ``cache_seqlens`` (B,) tokens committed and ``step_tokens`` (B,) fed by
-  the last call. Verify up to K draft tokens (plus the last sampled one) in
+  with ``cache_seqlens`` (B,), the tokens before the last decode call, and
+  ``step_tokens`` (B,), how many of that call's tokens are kept (all of them
+  unless :func:`accept` keeps fewer); the stream holds their sum. Verify up to K draft tokens (plus the last sampled one) in
   one decode call, then keep only the first ``a`` of its tokens with
   :func:`accept` (the whole cache collection, any number of layers) or
   ``apply(vars, a, method=CausalConv1d.accept, mutable=["cache"])``: the next
@@ -54,7 +55,7 @@ def conv_apply(x, kernel, bias, *, activation, residual, cache, dtype, backend, 
                seen=None):
     """Shared by the linen and nnx modules: (y, new_cache or None). ``cache`` is
     the channels-last decode state: ordered (B, W-1, D), or a ring when
-    ``seen`` (B,) gives its committed token counts (_decode_cache.py)."""
+    ``seen`` (B,) gives its stream lengths (_decode_cache.py)."""
     if dtype is None:
         dtype = jnp.result_type(x, kernel, *(() if bias is None else (bias,)))
     x = jnp.asarray(x, dtype)
@@ -154,15 +155,15 @@ class CausalConv1d(nn.Module):
         if K:
             seen = self.variable("cache", "cache_seqlens", jnp.zeros, (B,), jnp.int32)
             step = self.variable("cache", "step_tokens", jnp.zeros, (B,), jnp.int32)
+            counts = dc.commit(seen.value, step.value, x.shape[1])
         y, new = conv_apply(x, kernel, bias, activation=self.activation, residual=residual,
                             cache=cache.value, dtype=self.dtype, backend=self.backend,
-                            seen=seen.value if K else None)
+                            seen=counts[0] if K else None)
         # like flax attention, init() only creates the (zero) cache
         if is_initialized or not self.is_initializing():
             cache.value = new
             if K:
-                seen.value = seen.value + x.shape[1]
-                step.value = jnp.full((B,), x.shape[1], jnp.int32)
+                seen.value, step.value = counts
         return y
 
     def accept(self, num_accepted):

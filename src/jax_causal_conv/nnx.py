@@ -12,7 +12,8 @@ and gives the full-sequence outputs step by step. Steps of a few tokens run
 the update kernel on the channels-last cache in place (no transposes).
 
 Speculative decoding: with ``speculative_tokens=K`` the cache is a ring of
-(B, W-1+K, D) inputs with ``cache_seqlens`` (B,) tokens committed. Verify up to
+(B, W-1+K, D) inputs, ``cache_seqlens`` (B,) the tokens before the last decode
+call and ``step_tokens`` (B,) how many of that call's are kept. Verify up to
 K draft tokens (plus the last sampled one) in one ``conv(x, decode=True)``,
 then ``conv.accept(a)`` (or :func:`accept` on a whole model) keeps only the
 first ``a`` tokens of that call: the next step sees exactly the history the
@@ -96,8 +97,8 @@ class CausalConv1d(nnx.Module):
                           if use_bias else None)
         self.speculative_tokens = speculative_tokens
         self.cache = _data(None)
-        self.cache_seqlens = _data(None)  # ring caches: committed tokens (B,)
-        self.step_tokens = _data(None)    # and tokens fed by the last decode call (B,)
+        self.cache_seqlens = _data(None)  # ring caches: tokens before the last decode call (B,)
+        self.step_tokens = _data(None)    # and how many of that call's are kept (B,)
 
     def init_cache(self, batch_size: int, dtype: Any = None):
         """Start decoding: a zero cache of the last ``W-1`` inputs, (B, W-1, D), or
@@ -143,14 +144,15 @@ class CausalConv1d(nnx.Module):
             raise ValueError(f"CausalConv1d: cache batch {self.cache.shape[0]} != x batch "
                              f"{x.shape[0]}; call init_cache({x.shape[0]})")
         ring = self.cache_seqlens is not None
+        if ring:
+            counts = dc.commit(_get(self.cache_seqlens), _get(self.step_tokens), x.shape[1])
         y, new = conv_apply(x, _get(self.kernel), bias, activation=self.activation,
                             residual=residual, cache=_get(self.cache), dtype=self.dtype,
-                            backend=self.backend,
-                            seen=_get(self.cache_seqlens) if ring else None)
+                            backend=self.backend, seen=counts[0] if ring else None)
         _set(self.cache, new)
         if ring:
-            _set(self.cache_seqlens, _get(self.cache_seqlens) + x.shape[1])
-            _set(self.step_tokens, jnp.full(_get(self.step_tokens).shape, x.shape[1], jnp.int32))
+            _set(self.cache_seqlens, counts[0])
+            _set(self.step_tokens, counts[1])
         return y
 
 
