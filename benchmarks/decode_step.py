@@ -8,7 +8,9 @@ One jitted step updates every layer's donated state for one new token, the
 parameters passed as arguments. Timed with steps dispatched back to back
 (the host keeps the device fed), with a wait after each step (host dispatch
 of ~100 arguments included), and, on a GPU, as device time (the kernels'
-busy time from the profiler). The yardstick step replaces each update by
+busy time from the profiler). The wall times of one size are taken in
+rounds, one sample of each implementation a round, so that the host's
+drifting load falls on all of them alike. The yardstick step replaces each update by
 one XLA elementwise pass over the bytes an update reads and writes: a
 donated (B, D, W) array per layer (the state plus a slot for the token;
 (B, W, D) channels-last) negated in place while x passes through. Negating
@@ -33,7 +35,7 @@ from jax_causal_conv.cli.bench_options import add_arguments, resolve_platform
 from jax_causal_conv.cli.progress import Progress
 
 from .report import emit, heading, md_table, run_meta
-from .timing import device_times, timeit, timeit_pair
+from .timing import device_times, timeit_interleaved, timeit_pair
 
 LAYERS, WIDTH = 32, 4
 SIZES = {"gpu": ((1, 4096), (64, 4096), (256, 4096), (256, 8192)),
@@ -110,21 +112,27 @@ def bench_decode(platform, sizes=None, layouts=(False, True), layers=LAYERS, W=W
             ws = [jnp.asarray(rng.standard_normal((D, W)) / 2, dt) for _ in range(layers)]
             bs = [jnp.asarray(rng.standard_normal((D,)), dt) for _ in range(layers)]
             x = jnp.asarray(rng.standard_normal((B, D)), dt)
+            runs = {}
             for impl, backend in IMPLS:
                 H = W if backend == "negate" else W - 1  # the yardstick's state holds the token too
                 shape = (B, H, D) if cl else (B, D, H)
-                run = decode_stepper(layers, backend, [jnp.asarray(rng.standard_normal(shape), dt)
-                                                       for _ in range(layers)],
-                                     channels_last=cl and backend != "negate")
-                t_async = timeit(run, x, ws, bs, reps=15, calls=20,
-                                 min_sample_s=0.02 if gpu else 0.0, max_s=1.0)
-                t_sync = timeit(run, x, ws, bs, reps=50, max_s=1.0)
+                runs[impl] = decode_stepper(layers, backend, [jnp.asarray(rng.standard_normal(shape), dt)
+                                                              for _ in range(layers)],
+                                            channels_last=cl and backend != "negate")
+                jax.block_until_ready(runs[impl](x, ws, bs))
+            # in rounds, one sample of each impl a round: the host's load
+            # drifts between runs, and these steps are host-bound
+            progs = {impl: (run, (x, ws, bs), 1) for impl, run in runs.items()}
+            t_async = timeit_interleaved(progs, reps=15, min_sample_s=0.02 if gpu else 0.0)
+            t_sync = timeit_interleaved(progs, reps=50)
+            dev = device_times({impl: (run, (x, ws, bs), 1) for impl, run in runs.items()},
+                               n=10, log=log) if gpu else {}
+            for impl, _ in IMPLS:
                 row = dict(what=f"{layers}-layer step, B={B} D={D}", layout=LAYOUT_NAMES[cl],
-                           impl=impl, async_us=t_async * 1e6 / layers,
-                           sync_us=t_sync * 1e6 / layers)
+                           impl=impl, async_us=t_async[impl] * 1e6 / layers,
+                           sync_us=t_sync[impl] * 1e6 / layers)
                 if gpu:
-                    dev = device_times({"step": (run, (x, ws, bs), 1)}, n=10, log=log)
-                    row["dev_us"] = dev["step"] / layers if dev else None
+                    row["dev_us"] = dev[impl] / layers if dev.get(impl) else None
                 rows.append(row)
                 line = (f"decode {row['layout']} B={B} D={D} {impl}: per layer "
                         f"{row['async_us']:.2f} us back to back, {row['sync_us']:.2f} us waiting"
