@@ -18,10 +18,15 @@ namespace {
 
 constexpr int kRingChannels = 4;
 
-// kOne: S == 1 (x and y of the C channels are one word each).
-template <typename T, int kW, bool kOne>
+// kOne: S == 1 (x and y of the C channels are one word each). kStaged: each
+// warp's state block (32 * C channels x state_len, contiguous) moves between
+// global and shared memory as coalesced 16-byte words and the threads work on
+// it there: read in place, a thread's scattered 2-byte entries would touch
+// each sector of the block several times.
+template <typename T, int kW, bool kOne, bool kStaged>
 __global__ void __launch_bounds__(kUpdateThreads) UpdateRingCfKernel(const UpdateArgs u) {
   constexpr int H = kW - 1, C = kRingChannels;
+  extern __shared__ uint4 stage[];
   using Vec = RawVec<T, C * sizeof(T)>;
   const int chunks = int(u.dim / C);
   const int i = blockIdx.x * kUpdateThreads + threadIdx.x;
@@ -37,6 +42,15 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateRingCfKernel(const Updat
     return;
   }
   T* st = static_cast<T*>(u.conv_state) + (slot * u.dim + d0) * SL;  // entry e of channel c at c * SL + e
+  const int lane = threadIdx.x & 31;
+  const int block_words = 32 * C * SL * int(sizeof(T)) / 16;  // (a whole number: see TryUpdateRingCf)
+  uint4* gblock = reinterpret_cast<uint4*>(st - lane * C * SL);  // the warp's state block
+  uint4* sblock = stage + (threadIdx.x >> 5) * block_words;
+  if (kStaged) {  // (whole warps: rows, slots and the exit above are warp-uniform)
+    for (int q = lane; q < block_words; q += 32) sblock[q] = __ldcs(gblock + q);
+    __syncwarp();
+    st = reinterpret_cast<T*>(sblock) + lane * C * SL;
+  }
   const bool ring = u.cache_seqlens != nullptr;
   const int seen = ring ? int(u.cache_seqlens[b]) : 0;
   const int head = ring ? ((seen - H) % SL + SL) % SL : 0;  // (a rolling state here has SL == H)
@@ -83,20 +97,40 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateRingCfKernel(const Updat
 #pragma unroll
       for (int c = 0; c < C; ++c) yp[c * S + s] = yv[c];
   }
-  if (ring) return;
-  // Rolling state: the window holds the last H inputs, oldest first. (The
-  // inputs were exact values of T, so the round trip through float is too.)
+  if (!ring) {
+    // Rolling state: the window holds the last H inputs, oldest first. (The
+    // inputs were exact values of T, so the round trip through float is too.)
 #pragma unroll
-  for (int c = 0; c < C; ++c)
+    for (int c = 0; c < C; ++c)
 #pragma unroll
-    for (int j = 0; j < H; ++j) st[c * SL + j] = FromF<T>(win[c][j]);
+      for (int j = 0; j < H; ++j) st[c * SL + j] = FromF<T>(win[c][j]);
+  }
+  if (kStaged) {
+    __syncwarp();
+    for (int q = lane; q < block_words; q += 32) __stcs(gblock + q, sblock[q]);
+  }
+}
+
+// Staging while a block's state blocks fit this much shared memory (4 warps;
+// state_len <= 16 for 2-byte types at the default).
+constexpr int kRingStageBytes = 16 << 10;
+
+template <typename T, int kW, bool kStaged>
+void LaunchUpdateRingCfAs(const UpdateArgs& u, unsigned blocks, int smem, cudaStream_t stream) {
+  if (u.seqlen == 1) UpdateRingCfKernel<T, kW, true, kStaged><<<blocks, kUpdateThreads, smem, stream>>>(u);
+  else UpdateRingCfKernel<T, kW, false, kStaged><<<blocks, kUpdateThreads, smem, stream>>>(u);
 }
 
 template <typename T, int kW>
 cudaError_t LaunchUpdateRingCf(const UpdateArgs& u, cudaStream_t stream) {
   const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / kRingChannels), kUpdateThreads));
-  if (u.seqlen == 1) UpdateRingCfKernel<T, kW, true><<<blocks, kUpdateThreads, 0, stream>>>(u);
-  else UpdateRingCfKernel<T, kW, false><<<blocks, kUpdateThreads, 0, stream>>>(u);
+  // Whole warps on one row (dim a multiple of 32 * C channels), the warp's
+  // block whole 16-byte words from an aligned base.
+  const int64_t smem = int64_t(kUpdateThreads) * kRingChannels * u.state_len * int64_t(sizeof(T));
+  const bool staged = u.dim % (32 * kRingChannels) == 0 && smem <= kRingStageBytes &&
+                      (32 * kRingChannels * u.state_len * int64_t(sizeof(T))) % 16 == 0 && Aligned16(u.conv_state);
+  if (staged) LaunchUpdateRingCfAs<T, kW, true>(u, blocks, int(smem), stream);
+  else LaunchUpdateRingCfAs<T, kW, false>(u, blocks, 0, stream);
   return cudaGetLastError();
 }
 

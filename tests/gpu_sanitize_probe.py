@@ -225,9 +225,10 @@ for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 16398, 1032), 4, "states"),
 # any-width loop (W > 8): multi-token steps through the speculative ring and
 # the rolling state, one row padding (added last: the case numbers above
 # are named in docs).
-for W, S, SL in ((4, 3, 6), (6, 5, 7), (10, 3, 9)):
+# (D = 256: channels-first state blocks staged through shared memory)
+for W, S, SL, D in ((4, 3, 6, 40), (6, 5, 7, 40), (10, 3, 9, 40), (4, 1, 6, 256), (3, 4, 2, 256)):
     for cl in (False, True) if CL_DECODE else (False,):
-        B, D = 3, 40
+        B = 3
         x = jnp.asarray(rng.standard_normal((B, S, D) if cl else (B, D, S)), jnp.bfloat16)
         st = jnp.asarray(rng.standard_normal((B + 1, SL, D) if cl else (B + 1, D, SL)), jnp.bfloat16)
         w, b = jnp.asarray(rng.standard_normal((D, W)), jnp.float32), jnp.asarray(rng.standard_normal((D,)), jnp.float32)
@@ -236,7 +237,7 @@ for W, S, SL in ((4, 3, 6), (6, 5, 7), (10, 3, 9)):
                     "conv_state_indices": jnp.asarray([2, -1, 0], jnp.int32)}):
             clkw = {"channels_last": True} if cl else {}
 
-            @case(("update_multi", W, S, SL, cl, len(kw)))
+            @case(("update_multi", W, S, SL, D, cl, len(kw)))
             def _(x=x, st=st, w=w, b=b, clkw=clkw, kw=kw, what=("update_multi", W, S, cl)):
                 f = jax.jit(lambda x, st: jcc.causal_conv1d_update(x, st, w, b, activation="silu",
                                                                    **clkw, **kw))

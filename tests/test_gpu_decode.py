@@ -102,6 +102,24 @@ def test_small_update(dtype, W, S):
                        jnp.asarray([4, -1, 0, 8, 2], jnp.int32))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [2, 3, 4])
+@pytest.mark.parametrize("S,extra", [(1, 0), (1, 3), (3, 0), (4, 1), (9, 4)])
+def test_small_update_ring_staged(dtype, W, S, extra):
+    """The channels-first ring / multi-token kernel with its state blocks staged
+    through shared memory (dim a multiple of 128; the rolling cases with
+    extra > 0 take the general kernel)."""
+    rng = np.random.default_rng(W * 100 + S * 10 + extra)
+    B, D, SL, slots = 5, 256, W - 1 + extra, 9
+    dt = DT[dtype]
+    x = jnp.asarray(rng.standard_normal((B, D, S)), dt)
+    st = jnp.asarray(rng.standard_normal((slots, D, SL)), dt)
+    w = jnp.asarray(rng.standard_normal((D, W)), dt)
+    b = jnp.asarray(rng.standard_normal((D,)), dt)
+    check_update_modes(x, st, w, b, dtype, jnp.asarray([0, 3, 7, -2, 100], jnp.int32),
+                       jnp.asarray([4, -1, 0, 8, 2], jnp.int32))
+
+
 @pytest.mark.parametrize("dtype", list(DT))
 @pytest.mark.parametrize("W", [2, 3, 4])
 @pytest.mark.parametrize("wdtype", ["float32", "same"])
