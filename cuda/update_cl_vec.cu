@@ -6,6 +6,7 @@
 // weights C x W contiguous. 8-byte words while the whole grid of them fits
 // on the GPU at once (twice the threads share each row's latency), else
 // 16, as the channels-first path chooses 4 or 8 channels.
+#include <algorithm>
 #include <cstdint>
 
 #include "launchers.h"
@@ -14,8 +15,9 @@
 namespace jcc::cuda {
 namespace {
 
-// kOne: S == 1, the decode step, as straight-line code (fewer registers).
-template <typename T, int kW, int kBytes, bool kOne>
+// Multi-token steps (S > 1): a thread per row and word of channels, the
+// window sliding in registers.
+template <typename T, int kW, int kBytes>
 __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const UpdateArgs u) {
   constexpr int H = kW - 1, C = kBytes / int(sizeof(T));
   using Vec = RawVec<T, kBytes>;
@@ -24,7 +26,7 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
   const int64_t i = blockIdx.x * int64_t(kUpdateThreads) + threadIdx.x;
   if (i >= u.batch * chunks) return;
   const int64_t b = i / chunks, d0 = (i - b * chunks) * C;
-  const int S = kOne ? 1 : int(u.seqlen), SL = int(u.state_len);
+  const int S = int(u.seqlen), SL = int(u.state_len);
   const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
   const T* xp = static_cast<const T*>(u.x) + b * S * u.dim + d0;  // token s at xp + s * dim
   T* yp = static_cast<T*>(u.y) + b * S * u.dim + d0;
@@ -89,24 +91,146 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
     for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(st + j * u.dim) + q, win[j].w[q]);
 }
 
+// The decode step (S == 1). Past one wave of the GPU, several rows a thread,
+// the next row's loads in flight while this one is computed (as the
+// channels-first path). How its grid covers (batch, dim / C): thread t owns
+// channel word t % chunks of rows [rg * rows, rg * rows + rows), rg = t / chunks.
+struct ClStepPlan {
+  int32_t chunks = 0, row_groups = 0, rows = 1;
+  int32_t group_rows = 1;  // batch / groups: rows sharing one weight row
+};
+
+// One batch row's loads for a thread's C channels, issued before they are used.
 template <typename T, int kW, int kBytes>
-cudaError_t LaunchUpdateClVec(const UpdateArgs& u, cudaStream_t stream) {
-  const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / (kBytes / int(sizeof(T)))), kUpdateThreads));
-  if (u.seqlen == 1) UpdateClVecKernel<T, kW, kBytes, true><<<blocks, kUpdateThreads, 0, stream>>>(u);
-  else UpdateClVecKernel<T, kW, kBytes, false><<<blocks, kUpdateThreads, 0, stream>>>(u);
+struct ClStepRow {
+  static constexpr int H = kW - 1;
+  using Vec = RawVec<T, kBytes>;
+  using Word = typename Vec::Word;
+  Vec x, win[H > 0 ? H : 1];  // the token, and the last H inputs, oldest first
+  T* st;                      // entry e of the slot at st + e * dim
+  int put;                    // the ring entry the token goes to
+  bool live;                  // else a padding row: y = 0, state kept
+
+  __device__ __forceinline__ void Load(const UpdateArgs& u, int b, int d0) {
+    const int SL = int(u.state_len);
+    const int64_t slot = u.conv_state_indices ? int64_t(u.conv_state_indices[b]) : b;
+    live = slot >= 0 && slot < u.num_slots;
+    x.Load(static_cast<const T*>(u.x) + int64_t(b) * u.dim + d0);
+    st = static_cast<T*>(u.conv_state) + (live ? slot : 0) * SL * u.dim + d0;
+    int head = 0;  // a rolling state is the last H inputs, oldest first
+    put = 0;
+    if (u.cache_seqlens) {  // a ring of SL >= H entries: token t at entry t mod SL
+      const int seen = u.cache_seqlens[b];
+      head = ((seen - H) % SL + SL) % SL;
+      put = (seen % SL + SL) % SL;
+    }
+#pragma unroll
+    for (int j = 0; j < H; ++j) {
+      const int e = head + j < SL ? head + j : head + j - SL;
+      if (live)
+#pragma unroll
+        for (int q = 0; q < Vec::kWords; ++q) win[j].w[q] = __ldcs(reinterpret_cast<const Word*>(st + e * u.dim) + q);
+      else
+        win[j].Zero();
+    }
+  }
+};
+
+// kRows: several rows a thread (else one, as straight-line code: fewer registers).
+template <typename T, int kW, int kBytes, bool kRows>
+__global__ void __launch_bounds__(kUpdateThreads) UpdateClStepKernel(const UpdateArgs u, const ClStepPlan p) {
+  constexpr int H = kW - 1, C = kBytes / int(sizeof(T));
+  using Row = ClStepRow<T, kW, kBytes>;
+  using Vec = typename Row::Vec;
+  using Word = typename Vec::Word;
+  const int t = blockIdx.x * kUpdateThreads + threadIdx.x;
+  if (t >= p.row_groups * p.chunks) return;
+  const int rg = t / p.chunks, d0 = (t - rg * p.chunks) * C;
+  const int b0 = rg * p.rows, b1 = min(int(u.batch), b0 + p.rows);
+  const bool silu = u.act == Activation::kSilu;
+  float w[C][kW], bias[C];
+  auto load_weights = [&](int g) {  // the taps and biases of these C channels in weight group g
+    const int64_t wrow = int64_t(g) * u.dim + d0;
+    LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
+    if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
+    else
+#pragma unroll
+      for (int c = 0; c < C; ++c) bias[c] = 0.f;
+  };
+  auto finish = [&](const Row& r, int b) {  // everything after the loads of row b
+    Vec yv;
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      float acc = bias[c] + w[c][H] * ToF(r.x[c]);
+#pragma unroll
+      for (int j = 0; j < H; ++j) acc += w[c][j] * ToF(r.win[j][c]);
+      yv[c] = FromF<T>(r.live ? Activate(acc, silu) : 0.f);
+    }
+    yv.Store(static_cast<T*>(u.y) + int64_t(b) * u.dim + d0);
+    if (!r.live) return;
+    if (u.cache_seqlens) {  // the token replaces the entry H behind the next one
+#pragma unroll
+      for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(r.st + r.put * u.dim) + q, r.x.w[q]);
+    } else {  // shift down by one entry, the token last
+#pragma unroll
+      for (int j = 0; j < H; ++j) {
+        const Vec& nv = j + 1 < H ? r.win[j + 1] : r.x;
+#pragma unroll
+        for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(r.st + j * u.dim) + q, nv.w[q]);
+      }
+    }
+  };
+  Row cur;
+  cur.Load(u, b0, d0);
+  if (!kRows) {  // straight line: the latency-bound small batch
+    load_weights(b0 / p.group_rows);
+    finish(cur, b0);
+    return;
+  }
+  Row next;
+  int wgroup = -1;
+  for (int b = b0; b < b1; ++b) {
+    if (b + 1 < b1) next.Load(u, b + 1, d0);
+    const int g = b / p.group_rows;
+    if (g != wgroup) load_weights(wgroup = g);
+    finish(cur, b);
+    cur = next;
+  }
+}
+
+template <typename T, int kW, int kBytes>
+cudaError_t LaunchUpdateClStep(const UpdateArgs& u, int64_t resident, cudaStream_t stream) {
+  ClStepPlan p;
+  p.chunks = int32_t(u.dim / (kBytes / int(sizeof(T))));
+  p.group_rows = int32_t(u.batch / u.groups);
+  p.rows = int32_t(std::max<int64_t>(1, CeilDiv(u.batch * p.chunks, resident)));
+  p.row_groups = int32_t(CeilDiv(u.batch, p.rows));
+  const unsigned blocks = unsigned(CeilDiv(int64_t(p.row_groups) * p.chunks, kUpdateThreads));
+  if (p.rows == 1) UpdateClStepKernel<T, kW, kBytes, false><<<blocks, kUpdateThreads, 0, stream>>>(u, p);
+  else UpdateClStepKernel<T, kW, kBytes, true><<<blocks, kUpdateThreads, 0, stream>>>(u, p);
   return cudaGetLastError();
 }
 
+template <typename T, int kW, int kBytes>
+cudaError_t LaunchUpdateClVec(const UpdateArgs& u, cudaStream_t stream) {
+  const unsigned blocks = unsigned(CeilDiv(u.batch * (u.dim / (kBytes / int(sizeof(T)))), kUpdateThreads));
+  UpdateClVecKernel<T, kW, kBytes><<<blocks, kUpdateThreads, 0, stream>>>(u);
+  return cudaGetLastError();
+}
+
+// 8-byte words while their grid of one row a thread fits on the GPU at once,
+// else 16-byte words (and, for the decode step, several rows a thread).
 template <typename T, int kW>
 cudaError_t LaunchUpdateClVecBest(const UpdateArgs& u, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   const int sms = CurrentDeviceSms(&err);
   if (err != cudaSuccess) return err;
   constexpr int kWide = 16 / int(sizeof(T)), kNarrow = 8 / int(sizeof(T));
-  if (u.dim % kWide != 0 ||
-      u.batch * (u.dim / kNarrow) <= ResidentThreads<UpdateClVecKernel<T, kW, 8, true>>(sms))
-    return LaunchUpdateClVec<T, kW, 8>(u, stream);
-  return LaunchUpdateClVec<T, kW, 16>(u, stream);
+  const int64_t resident8 = ResidentThreads<UpdateClStepKernel<T, kW, 8, false>>(sms);
+  const bool narrow = u.dim % kWide != 0 || u.batch * (u.dim / kNarrow) <= resident8;
+  if (u.seqlen > 1) return narrow ? LaunchUpdateClVec<T, kW, 8>(u, stream) : LaunchUpdateClVec<T, kW, 16>(u, stream);
+  if (narrow) return LaunchUpdateClStep<T, kW, 8>(u, resident8, stream);
+  return LaunchUpdateClStep<T, kW, 16>(u, ResidentThreads<UpdateClStepKernel<T, kW, 16, true>>(sms), stream);
 }
 
 // The channels-last hot path, when the problem fits it (false: launch nothing).
@@ -116,7 +240,8 @@ bool TryUpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) 
   if (!u.channels_last || !u.x_dense() || u.seqlen < 1 || u.width < 2 || u.width > 4 ||
       (u.cache_seqlens ? u.state_len < u.width - 1 : u.state_len != u.width - 1) || u.dim % (8 / int(sizeof(T))) != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
       !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
-      u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64)
+      u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64 ||
+      u.batch * (u.dim / (8 / int(sizeof(T)))) + kUpdateThreads > INT32_MAX)  // 32-bit thread indices
     return false;
   switch (u.width) {
     case 2: *err = LaunchUpdateClVecBest<T, 2>(u, stream); break;

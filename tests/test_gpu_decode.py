@@ -199,19 +199,22 @@ def test_update_scan_keeps_the_slices_out_of_the_call(monkeypatch):
     jax.clear_caches()
 
 
-def test_update_vmap_groups_multirow():
+@pytest.mark.parametrize("cl", [False, True])
+def test_update_vmap_groups_multirow(cl):
     """vmap over the weights: one launch with 3 weight groups of 200 rows,
-    whose row runs per thread straddle the group boundaries."""
+    whose row runs per thread straddle the group boundaries (both state
+    layouts: each takes several rows a thread past one wave of the GPU)."""
     rng = np.random.default_rng(3)
     G, B, D, W = 3, 200, 2048, 4
     xs = jnp.asarray(rng.standard_normal((G, B, D)), jnp.bfloat16)
-    sts = jnp.asarray(rng.standard_normal((G, B, D, W - 1)), jnp.bfloat16)
+    sts = jnp.asarray(rng.standard_normal((G, B, W - 1, D) if cl else (G, B, D, W - 1)), jnp.bfloat16)
     ws = jnp.asarray(rng.standard_normal((G, D, W)), jnp.bfloat16)
     bs = jnp.asarray(rng.standard_normal((G, D)), jnp.bfloat16)
     f = lambda xs, sts, ws, bs: jax.vmap(
-        lambda x, s, w, b: jcc.causal_conv1d_update(x, s, w, b, activation="silu", backend="ffi"))(xs, sts, ws, bs)
+        lambda x, s, w, b: jcc.causal_conv1d_update(x, s, w, b, activation="silu", channels_last=cl,
+                                                    backend="ffi"))(xs, sts, ws, bs)
     got = check(f, (xs, sts, ws, bs), "bfloat16", "vmap update")
     ref = run(CPU, lambda *a: jax.vmap(lambda x, s, w, b: jcc.reference.causal_conv1d_update(
-        x, s, w, b, activation="silu"))(*a), xs, sts, ws, bs)
+        x, s, w, b, activation="silu", channels_last=cl))(*a), xs, sts, ws, bs)
     for g, r in zip(got, ref):
         assert np.max(np.abs(g - r)) / max(1.0, np.max(np.abs(r))) <= REL["bfloat16"]
