@@ -6,7 +6,6 @@
 // weights C x W contiguous. 8-byte words while the whole grid of them fits
 // on the GPU at once (twice the threads share each row's latency), else
 // 16, as the channels-first path chooses 4 or 8 channels.
-#include <algorithm>
 #include <cstdint>
 
 #include "launchers.h"
@@ -91,15 +90,9 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
     for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(st + j * u.dim) + q, win[j].w[q]);
 }
 
-// The decode step (S == 1). Past one wave of the GPU, several rows a thread,
-// the next row's loads in flight while this one is computed (as the
-// channels-first path). How its grid covers (batch, dim / C): thread t owns
-// channel word t % chunks of rows [rg * rows, rg * rows + rows), rg = t / chunks.
-struct ClStepPlan {
-  int32_t chunks = 0, row_groups = 0, rows = 1;
-  int32_t group_rows = 1;  // batch / groups: rows sharing one weight row
-};
-
+// The decode step (S == 1): one row a thread while the grid fits on the
+// GPU at once, else several (RowsPlan), the next row's loads in flight while
+// this one is computed, as the channels-first path.
 // One batch row's loads for a thread's C channels, issued before they are used.
 template <typename T, int kW, int kBytes>
 struct ClStepRow {
@@ -138,7 +131,7 @@ struct ClStepRow {
 
 // kRows: several rows a thread (else one, as straight-line code: fewer registers).
 template <typename T, int kW, int kBytes, bool kRows>
-__global__ void __launch_bounds__(kUpdateThreads) UpdateClStepKernel(const UpdateArgs u, const ClStepPlan p) {
+__global__ void __launch_bounds__(kUpdateThreads) UpdateClStepKernel(const UpdateArgs u, const RowsPlan p) {
   constexpr int H = kW - 1, C = kBytes / int(sizeof(T));
   using Row = ClStepRow<T, kW, kBytes>;
   using Vec = typename Row::Vec;
@@ -187,27 +180,14 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClStepKernel(const Updat
     finish(cur, b0);
     return;
   }
-  Row next;
-  int wgroup = -1;
-  for (int b = b0; b < b1; ++b) {
-    if (b + 1 < b1) next.Load(u, b + 1, d0);
-    const int g = b / p.group_rows;
-    if (g != wgroup) load_weights(wgroup = g);
-    finish(cur, b);
-    cur = next;
-  }
+  WalkRows(p, b0, b1, cur, [&](Row& r, int b) { r.Load(u, b, d0); }, load_weights, finish);
 }
 
 template <typename T, int kW, int kBytes>
 cudaError_t LaunchUpdateClStep(const UpdateArgs& u, int64_t resident, cudaStream_t stream) {
-  ClStepPlan p;
-  p.chunks = int32_t(u.dim / (kBytes / int(sizeof(T))));
-  p.group_rows = int32_t(u.batch / u.groups);
-  p.rows = int32_t(std::max<int64_t>(1, CeilDiv(u.batch * p.chunks, resident)));
-  p.row_groups = int32_t(CeilDiv(u.batch, p.rows));
-  const unsigned blocks = unsigned(CeilDiv(int64_t(p.row_groups) * p.chunks, kUpdateThreads));
-  if (p.rows == 1) UpdateClStepKernel<T, kW, kBytes, false><<<blocks, kUpdateThreads, 0, stream>>>(u, p);
-  else UpdateClStepKernel<T, kW, kBytes, true><<<blocks, kUpdateThreads, 0, stream>>>(u, p);
+  const RowsPlan p = PlanRows(u, u.dim / (kBytes / int(sizeof(T))), resident);
+  if (p.rows == 1) UpdateClStepKernel<T, kW, kBytes, false><<<p.Blocks(), kUpdateThreads, 0, stream>>>(u, p);
+  else UpdateClStepKernel<T, kW, kBytes, true><<<p.Blocks(), kUpdateThreads, 0, stream>>>(u, p);
   return cudaGetLastError();
 }
 

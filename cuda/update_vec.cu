@@ -23,15 +23,10 @@ namespace {
 // ones (measured: docs/performance-log.md).
 __host__ __device__ constexpr bool StagesRows(int C) { return C == 8; }
 
-// How the hot-path grid covers (batch, dim / C), C = 4 or 8 channels per
-// thread: thread t owns channel group t % chunks of rows
-// [rg * rows, rg * rows + rows), rg = t / chunks.
-struct UpdatePlan {
-  int32_t chunks = 0;       // dim / C
-  int32_t row_groups = 0;   // ceil(batch / rows)
-  int32_t rows = 1;         // batch rows per thread
-  int32_t group_rows = 1;   // batch / groups: rows sharing one weight row
-  bool staged = false;      // each warp's state rows are contiguous and go through shared memory (StagesRows)
+// The hot-path grid (RowsPlan), and whether each warp's state rows are
+// contiguous and go through shared memory (StagesRows).
+struct UpdatePlan : RowsPlan {
+  bool staged = false;
 };
 
 // One batch row's share of a thread: its loads, issued before they are used.
@@ -164,29 +159,15 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
     finish(cur, b0);
     return;
   }
-  Row next;
-  int wgroup = -1;
-  for (int b = b0; b < b1; ++b) {
-    if (b + 1 < b1) next.Load(u, b + 1, d0, lane, staged);
-    const int g = b / p.group_rows;
-    if (g != wgroup) load_weights(wgroup = g);
-    finish(cur, b);
-    cur = next;
-  }
+  WalkRows(p, b0, b1, cur, [&](Row& r, int b) { r.Load(u, b, d0, lane, staged); }, load_weights, finish);
 }
 
-// Rows per thread: one, unless the (batch, dim / C) grid is larger than
-// the GPU holds at once; then as many as spread the rows evenly over it.
 template <typename T, int kW, int C>
 cudaError_t LaunchUpdateVec(const UpdateArgs& u, int64_t resident, cudaStream_t stream) {
   UpdatePlan p;
-  p.chunks = int32_t(u.dim / C);
+  static_cast<RowsPlan&>(p) = PlanRows(u, u.dim / C, resident);
   p.staged = StagesRows(C) && p.chunks % 32 == 0;
-  p.group_rows = int32_t(u.batch / u.groups);
-  p.rows = int32_t(std::max<int64_t>(1, CeilDiv(u.batch * p.chunks, resident)));
-  p.row_groups = int32_t(CeilDiv(u.batch, p.rows));
-  const unsigned blocks = unsigned(CeilDiv(int64_t(p.row_groups) * p.chunks, kUpdateThreads));
-  UpdateVecKernel<T, kW, C><<<blocks, kUpdateThreads, 0, stream>>>(u, p);
+  UpdateVecKernel<T, kW, C><<<p.Blocks(), kUpdateThreads, 0, stream>>>(u, p);
   return cudaGetLastError();
 }
 

@@ -67,6 +67,45 @@ __device__ __forceinline__ void LoadRowF(const void* base, DType t, int64_t firs
   }
 }
 
+// How a decode step's grid covers (batch, dim / C), C channels a thread:
+// thread t owns channel group t % chunks of rows [rg * rows, rg * rows +
+// rows), rg = t / chunks. One row a thread unless that grid is larger than
+// the GPU holds at once (`resident` threads); then as many as spread the
+// rows evenly over it.
+struct RowsPlan {
+  int32_t chunks = 0;       // dim / C
+  int32_t row_groups = 0;   // ceil(batch / rows)
+  int32_t rows = 1;         // batch rows per thread
+  int32_t group_rows = 1;   // batch / groups: rows sharing one weight row
+  unsigned Blocks() const { return unsigned(CeilDiv(int64_t(row_groups) * chunks, kUpdateThreads)); }
+};
+
+inline RowsPlan PlanRows(const UpdateArgs& u, int64_t chunks, int64_t resident) {
+  RowsPlan p;
+  p.chunks = int32_t(chunks);
+  p.group_rows = int32_t(u.batch / u.groups);
+  p.rows = int32_t(CeilDiv(u.batch * chunks, resident) > 1 ? CeilDiv(u.batch * chunks, resident) : 1);
+  p.row_groups = int32_t(CeilDiv(u.batch, p.rows));
+  return p;
+}
+
+// Rows b0 .. b1 - 1 of a thread, `cur` holding row b0's loads: the next
+// row's loads (load(row, b)) go out before this one is finished (finish(row,
+// b)); the weights are (re)loaded (weights(g)) where the weight group changes.
+template <typename Row, typename Load, typename Weights, typename Finish>
+__device__ __forceinline__ void WalkRows(const RowsPlan& p, int b0, int b1, Row& cur, Load load,
+                                         Weights weights, Finish finish) {
+  Row next;
+  int wgroup = -1;
+  for (int b = b0; b < b1; ++b) {
+    if (b + 1 < b1) load(next, b + 1);
+    const int g = b / p.group_rows;
+    if (g != wgroup) weights(wgroup = g);
+    finish(cur, b);
+    cur = next;
+  }
+}
+
 inline bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The current device's SM count, asked of the runtime once per device (the
