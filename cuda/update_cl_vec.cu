@@ -51,11 +51,7 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
   }
   const int64_t wrow = (b / (u.batch / u.groups)) * u.dim + d0;
   float w[C][kW], bias[C];
-  LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
-  if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
-  else
-#pragma unroll
-    for (int c = 0; c < C; ++c) bias[c] = 0.f;
+  LoadChannelWeights(u, wrow, w, bias);
   const bool silu = u.act == Activation::kSilu;
   // Ring writes go as the tokens do (the window is in registers); tokens
   // before S - SL would be overwritten, so they are skipped.
@@ -144,11 +140,7 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClStepKernel(const Updat
   float w[C][kW], bias[C];
   auto load_weights = [&](int g) {  // the taps and biases of these C channels in weight group g
     const int64_t wrow = int64_t(g) * u.dim + d0;
-    LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
-    if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
-    else
-#pragma unroll
-      for (int c = 0; c < C; ++c) bias[c] = 0.f;
+    LoadChannelWeights(u, wrow, w, bias);
   };
   auto finish = [&](const Row& r, int b) {  // everything after the loads of row b
     Vec yv;

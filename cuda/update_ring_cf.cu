@@ -63,11 +63,7 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateRingCfKernel(const Updat
   }
   const int64_t wrow = int64_t(b / int(u.batch / u.groups)) * u.dim + d0;
   float w[C][kW], bias[C];
-  LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
-  if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
-  else
-#pragma unroll
-    for (int c = 0; c < C; ++c) bias[c] = 0.f;
+  LoadChannelWeights(u, wrow, w, bias);
   const bool silu = u.act == Activation::kSilu;
   // Ring writes go as the tokens do (the window is in registers); tokens
   // before S - SL would be overwritten, so they are skipped.

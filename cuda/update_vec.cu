@@ -119,11 +119,7 @@ __global__ void __launch_bounds__(kUpdateThreads, sizeof(T) == 2 ? 4 : 3)
   float w[C][kW], bias[C];
   auto load_weights = [&](int g) {  // the taps and biases of these C channels in weight group g
     const int64_t wrow = int64_t(g) * u.dim + d0;
-    LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
-    if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
-    else
-#pragma unroll
-      for (int c = 0; c < C; ++c) bias[c] = 0.f;
+    LoadChannelWeights(u, wrow, w, bias);
   };
   auto finish = [&](Row& r, int b) {  // everything after the loads of row b
     if (staged && r.live) {  // word q * 32 + lane -> this thread's words

@@ -106,6 +106,18 @@ __device__ __forceinline__ void WalkRows(const RowsPlan& p, int b0, int b1, Row&
   }
 }
 
+// The taps (C x W, row `wrow` of the weight onwards) and biases of C
+// consecutive channels, as floats (bias 0 without one).
+template <int C, int kW>
+__device__ __forceinline__ void LoadChannelWeights(const UpdateArgs& u, int64_t wrow, float (&w)[C][kW],
+                                                   float (&bias)[C]) {
+  LoadRowF<C * kW>(u.weight, u.w_dtype, wrow * kW, &w[0][0]);
+  if (u.bias) LoadRowF<C>(u.bias, u.b_dtype, wrow, bias);
+  else
+#pragma unroll
+    for (int c = 0; c < C; ++c) bias[c] = 0.f;
+}
+
 inline bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The current device's SM count, asked of the runtime once per device (the
