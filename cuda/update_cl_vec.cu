@@ -210,7 +210,8 @@ template <typename T>
 bool TryUpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   // (a rolling state longer than W - 1 shifts all its entries: the general kernel)
   if (!u.channels_last || !u.x_dense() || u.seqlen < 1 || u.width < 2 || u.width > 4 ||
-      (u.cache_seqlens ? u.state_len < u.width - 1 : u.state_len != u.width - 1) || u.dim % (8 / int(sizeof(T))) != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
+      (u.cache_seqlens ? u.state_len < u.width - 1 : u.state_len != u.width - 1) ||
+      u.dim % (8 / int(sizeof(T))) != 0 || !Aligned16(u.x) || !Aligned16(u.y) ||
       !Aligned16(u.conv_state) || !Aligned16(u.weight) || !Aligned16(u.bias) ||
       u.w_dtype == DType::kF64 || u.b_dtype == DType::kF64 ||
       u.batch * (u.dim / (8 / int(sizeof(T)))) + kUpdateThreads > INT32_MAX)  // 32-bit thread indices

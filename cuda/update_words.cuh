@@ -84,7 +84,8 @@ inline RowsPlan PlanRows(const UpdateArgs& u, int64_t chunks, int64_t resident) 
   RowsPlan p;
   p.chunks = int32_t(chunks);
   p.group_rows = int32_t(u.batch / u.groups);
-  p.rows = int32_t(CeilDiv(u.batch * chunks, resident) > 1 ? CeilDiv(u.batch * chunks, resident) : 1);
+  const int64_t rows = CeilDiv(u.batch * chunks, resident);
+  p.rows = int32_t(rows > 1 ? rows : 1);
   p.row_groups = int32_t(CeilDiv(u.batch, p.rows));
   return p;
 }

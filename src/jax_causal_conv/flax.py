@@ -18,8 +18,9 @@ time: the outputs equal the full-sequence ones.
 - ``speculative_tokens=K``: ``conv_state`` is a ring of (B, W-1+K, D) entries
   with ``cache_seqlens`` (B,), the tokens before the last decode call, and
   ``step_tokens`` (B,), how many of that call's tokens are kept (all of them
-  unless :func:`accept` keeps fewer); the stream holds their sum. Verify up to K draft tokens (plus the last sampled one) in
-  one decode call, then keep only the first ``a`` of its tokens with
+  unless :func:`accept` keeps fewer); the stream holds their sum. Verify up
+  to K draft tokens (plus the last sampled one) in one decode call, then keep
+  only the first ``a`` of its tokens with
   :func:`accept` (the whole cache collection, any number of layers) or
   ``apply(vars, a, method=CausalConv1d.accept, mutable=["cache"])``: the next
   step sees exactly the history the accepted tokens alone leave. At most K
