@@ -14,13 +14,32 @@
 namespace jcc::cuda {
 namespace {
 
+// y of a word of C channels: bias + the taps on the window (the last H
+// inputs, oldest first) and the token x, activated; zeros unless `live`.
+template <typename T, int kW, int kBytes>
+__device__ __forceinline__ RawVec<T, kBytes> ChannelWordY(const RawVec<T, kBytes>& x,
+                                                          const RawVec<T, kBytes> (&win)[kW > 1 ? kW - 1 : 1],
+                                                          const float (&w)[kBytes / sizeof(T)][kW],
+                                                          const float (&bias)[kBytes / sizeof(T)], bool silu,
+                                                          bool live = true) {
+  constexpr int H = kW - 1, C = kBytes / int(sizeof(T));
+  RawVec<T, kBytes> y;
+#pragma unroll
+  for (int c = 0; c < C; ++c) {
+    float acc = bias[c] + w[c][H] * ToF(x[c]);
+#pragma unroll
+    for (int j = 0; j < H; ++j) acc += w[c][j] * ToF(win[j][c]);
+    y[c] = FromF<T>(live ? Activate(acc, silu) : 0.f);
+  }
+  return y;
+}
+
 // Multi-token steps (S > 1): a thread per row and word of channels, the
 // window sliding in registers.
 template <typename T, int kW, int kBytes>
 __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const UpdateArgs u) {
   constexpr int H = kW - 1, C = kBytes / int(sizeof(T));
   using Vec = RawVec<T, kBytes>;
-  using Word = typename Vec::Word;
   const int64_t chunks = u.dim / C;
   const int64_t i = blockIdx.x * int64_t(kUpdateThreads) + threadIdx.x;
   if (i >= u.batch * chunks) return;
@@ -44,11 +63,7 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
   const int head = ring ? ((seen - H) % SL + SL) % SL : 0;
   Vec win[H > 0 ? H : 1];
 #pragma unroll
-  for (int j = 0; j < H; ++j) {
-    const int e = head + j < SL ? head + j : head + j - SL;
-#pragma unroll
-    for (int q = 0; q < Vec::kWords; ++q) win[j].w[q] = __ldcs(reinterpret_cast<const Word*>(st + e * u.dim) + q);
-  }
+  for (int j = 0; j < H; ++j) win[j].LoadStreaming(st + (head + j < SL ? head + j : head + j - SL) * u.dim);
   const int64_t wrow = (b / (u.batch / u.groups)) * u.dim + d0;
   float w[C][kW], bias[C];
   LoadChannelWeights(u, wrow, w, bias);
@@ -58,19 +73,11 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
   const int first_put = S > SL ? S - SL : 0;
   int put = ring ? ((seen + first_put) % SL + SL) % SL : 0;
   auto token = [&](int s) {
-    Vec xv, yv;
+    Vec xv;
     xv.Load(xp + s * u.dim);
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      float acc = bias[c] + w[c][H] * ToF(xv[c]);
-#pragma unroll
-      for (int j = 0; j < H; ++j) acc += w[c][j] * ToF(win[j][c]);
-      yv[c] = FromF<T>(Activate(acc, silu));
-    }
-    yv.Store(yp + s * u.dim);
+    ChannelWordY<T, kW, kBytes>(xv, win, w, bias, silu).Store(yp + s * u.dim);
     if (ring && s >= first_put) {
-#pragma unroll
-      for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(st + put * u.dim) + q, xv.w[q]);
+      xv.StoreStreaming(st + put * u.dim);
       put = put + 1 < SL ? put + 1 : 0;
     }
 #pragma unroll
@@ -81,20 +88,15 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
   if (ring) return;
   // Rolling state: the window now holds the last H inputs, oldest first.
 #pragma unroll
-  for (int j = 0; j < H; ++j)
-#pragma unroll
-    for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(st + j * u.dim) + q, win[j].w[q]);
+  for (int j = 0; j < H; ++j) win[j].StoreStreaming(st + j * u.dim);
 }
 
-// The decode step (S == 1): one row a thread while the grid fits on the
-// GPU at once, else several (RowsPlan), the next row's loads in flight while
-// this one is computed, as the channels-first path.
-// One batch row's loads for a thread's C channels, issued before they are used.
+// One batch row's loads for a thread's C channels (the decode step),
+// issued before they are used.
 template <typename T, int kW, int kBytes>
 struct ClStepRow {
   static constexpr int H = kW - 1;
   using Vec = RawVec<T, kBytes>;
-  using Word = typename Vec::Word;
   Vec x, win[H > 0 ? H : 1];  // the token, and the last H inputs, oldest first
   T* st;                      // entry e of the slot at st + e * dim
   int put;                    // the ring entry the token goes to
@@ -116,22 +118,21 @@ struct ClStepRow {
 #pragma unroll
     for (int j = 0; j < H; ++j) {
       const int e = head + j < SL ? head + j : head + j - SL;
-      if (live)
-#pragma unroll
-        for (int q = 0; q < Vec::kWords; ++q) win[j].w[q] = __ldcs(reinterpret_cast<const Word*>(st + e * u.dim) + q);
-      else
-        win[j].Zero();
+      if (live) win[j].LoadStreaming(st + e * u.dim);
+      else win[j].Zero();
     }
   }
 };
 
-// kRows: several rows a thread (else one, as straight-line code: fewer registers).
+// The decode step (S == 1): one row a thread while the grid fits on the
+// GPU at once, else several (RowsPlan), the next row's loads in flight while
+// this one is computed, as the channels-first path. kRows: several rows a
+// thread (else one, as straight-line code: fewer registers).
 template <typename T, int kW, int kBytes, bool kRows>
 __global__ void __launch_bounds__(kUpdateThreads) UpdateClStepKernel(const UpdateArgs u, const RowsPlan p) {
   constexpr int H = kW - 1, C = kBytes / int(sizeof(T));
   using Row = ClStepRow<T, kW, kBytes>;
   using Vec = typename Row::Vec;
-  using Word = typename Vec::Word;
   const int t = blockIdx.x * kUpdateThreads + threadIdx.x;
   if (t >= p.row_groups * p.chunks) return;
   const int rg = t / p.chunks, d0 = (t - rg * p.chunks) * C;
@@ -143,25 +144,15 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClStepKernel(const Updat
     LoadChannelWeights(u, wrow, w, bias);
   };
   auto finish = [&](const Row& r, int b) {  // everything after the loads of row b
-    Vec yv;
-#pragma unroll
-    for (int c = 0; c < C; ++c) {
-      float acc = bias[c] + w[c][H] * ToF(r.x[c]);
-#pragma unroll
-      for (int j = 0; j < H; ++j) acc += w[c][j] * ToF(r.win[j][c]);
-      yv[c] = FromF<T>(r.live ? Activate(acc, silu) : 0.f);
-    }
-    yv.Store(static_cast<T*>(u.y) + int64_t(b) * u.dim + d0);
+    ChannelWordY<T, kW, kBytes>(r.x, r.win, w, bias, silu, r.live).Store(static_cast<T*>(u.y) + int64_t(b) * u.dim + d0);
     if (!r.live) return;
     if (u.cache_seqlens) {  // the token replaces the entry H behind the next one
-#pragma unroll
-      for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(r.st + r.put * u.dim) + q, r.x.w[q]);
+      r.x.StoreStreaming(r.st + r.put * u.dim);
     } else {  // shift down by one entry, the token last
 #pragma unroll
       for (int j = 0; j < H; ++j) {
         const Vec& nv = j + 1 < H ? r.win[j + 1] : r.x;
-#pragma unroll
-        for (int q = 0; q < Vec::kWords; ++q) __stcs(reinterpret_cast<Word*>(r.st + j * u.dim) + q, nv.w[q]);
+        nv.StoreStreaming(r.st + j * u.dim);
       }
     }
   };

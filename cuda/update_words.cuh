@@ -34,6 +34,16 @@ struct RawVec {  // kBytes of T in the widest whole words
 #pragma unroll
     for (int i = 0; i < kWords; ++i) reinterpret_cast<Word*>(p)[i] = w[i];
   }
+  // Streaming (evict-first) loads and stores: decode states, not read again
+  // before the next step.
+  __device__ __forceinline__ void LoadStreaming(const T* p) {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = __ldcs(reinterpret_cast<const Word*>(p) + i);
+  }
+  __device__ __forceinline__ void StoreStreaming(T* p) const {
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) __stcs(reinterpret_cast<Word*>(p) + i, w[i]);
+  }
   __device__ __forceinline__ T& operator[](int j) { return reinterpret_cast<T*>(w)[j]; }
   __device__ __forceinline__ T operator[](int j) const { return reinterpret_cast<const T*>(w)[j]; }
 };
