@@ -7,6 +7,7 @@
 
 #include "common.cuh"
 #include "launchers.h"
+#include "update_words.cuh"
 
 namespace jcc::cuda {
 namespace {
@@ -51,9 +52,11 @@ __global__ void UpdateKernel(const UpdateArgs u) {
   const bool ring = u.cache_seqlens != nullptr && SL > 0;
   const int c = ring ? int(u.cache_seqlens[b]) : 0;
   auto wrap = [SL](int q) { return q >= SL ? q - SL : q; };  // q < 2 * SL
-  int head = SL - H;
-  if (ring) head = ((c - H) % SL + SL) % SL;
-  int put = ring ? ((c % SL) + SL) % SL : 0;  // the entry token 0 would take
+  int head = SL - H, put = 0;  // put: the entry token 0 would take
+  if (ring) {
+    const RingEntries e = RingAt(c, H, SL, 0);
+    head = e.head, put = e.put;
+  }
 
   if constexpr (kMaxW > 0) {
     float w[kMaxW], win[kMaxW];  // both right-aligned: slot kMaxW - W + k holds tap k

@@ -59,8 +59,11 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
   // SL >= H entries (cache_seqlens) puts token s at entry (seen + s) mod SL;
   // else the state is exactly the last H inputs, oldest first (head 0).
   const bool ring = u.cache_seqlens != nullptr;
-  const int seen = ring ? int(u.cache_seqlens[b]) : 0;
-  const int head = ring ? ((seen - H) % SL + SL) % SL : 0;
+  // Ring writes go as the tokens do (the window is in registers); tokens
+  // before S - SL would be overwritten, so they are skipped.
+  const int first_put = S > SL ? S - SL : 0;
+  const RingEntries ring_at = ring ? RingAt(int(u.cache_seqlens[b]), H, SL, first_put) : RingEntries{0, 0};
+  const int head = ring_at.head;
   Vec win[H > 0 ? H : 1];
 #pragma unroll
   for (int j = 0; j < H; ++j) win[j].LoadStreaming(st + (head + j < SL ? head + j : head + j - SL) * u.dim);
@@ -68,10 +71,7 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateClVecKernel(const Update
   float w[C][kW], bias[C];
   LoadChannelWeights(u, wrow, w, bias);
   const bool silu = u.act == Activation::kSilu;
-  // Ring writes go as the tokens do (the window is in registers); tokens
-  // before S - SL would be overwritten, so they are skipped.
-  const int first_put = S > SL ? S - SL : 0;
-  int put = ring ? ((seen + first_put) % SL + SL) % SL : 0;
+  int put = ring_at.put;
   auto token = [&](int s) {
     Vec xv;
     xv.Load(xp + s * u.dim);
@@ -111,9 +111,8 @@ struct ClStepRow {
     int head = 0;  // a rolling state is the last H inputs, oldest first
     put = 0;
     if (u.cache_seqlens) {  // a ring of SL >= H entries: token t at entry t mod SL
-      const int seen = u.cache_seqlens[b];
-      head = ((seen - H) % SL + SL) % SL;
-      put = (seen % SL + SL) % SL;
+      const RingEntries e = RingAt(u.cache_seqlens[b], H, SL, 0);
+      head = e.head, put = e.put;
     }
 #pragma unroll
     for (int j = 0; j < H; ++j) {

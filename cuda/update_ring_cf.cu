@@ -52,8 +52,12 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateRingCfKernel(const Updat
     st = reinterpret_cast<T*>(sblock) + lane * C * SL;
   }
   const bool ring = u.cache_seqlens != nullptr;
-  const int seen = ring ? int(u.cache_seqlens[b]) : 0;
-  const int head = ring ? ((seen - H) % SL + SL) % SL : 0;  // (a rolling state here has SL == H)
+  // Ring writes go as the tokens do (the window is in registers); tokens
+  // before S - SL would be overwritten, so they are skipped.
+  const int first_put = S > SL ? S - SL : 0;
+  // (a rolling state here has SL == H: its window starts at entry 0)
+  const RingEntries ring_at = ring ? RingAt(int(u.cache_seqlens[b]), H, SL, first_put) : RingEntries{0, 0};
+  const int head = ring_at.head;
   float win[C][H > 0 ? H : 1];
 #pragma unroll
   for (int j = 0; j < H; ++j) {
@@ -65,10 +69,7 @@ __global__ void __launch_bounds__(kUpdateThreads) UpdateRingCfKernel(const Updat
   float w[C][kW], bias[C];
   LoadChannelWeights(u, wrow, w, bias);
   const bool silu = u.act == Activation::kSilu;
-  // Ring writes go as the tokens do (the window is in registers); tokens
-  // before S - SL would be overwritten, so they are skipped.
-  const int first_put = S > SL ? S - SL : 0;
-  int put = ring ? ((seen + first_put) % SL + SL) % SL : 0;
+  int put = ring_at.put;
   for (int s = 0; s < S; ++s) {
     Vec xv, yv;
     if (kOne) xv.Load(xp);

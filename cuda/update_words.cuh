@@ -77,6 +77,24 @@ __device__ __forceinline__ void LoadRowF(const void* base, DType t, int64_t firs
   }
 }
 
+// Ring entries of a step after `seen` tokens (state_len SL >= H): the oldest
+// of the window's H entries, (seen - H) mod SL, and the entry of the step's
+// token `first`, (seen + first) mod SL. For any int `seen`: the remainder
+// comes first, so nothing overflows.
+struct RingEntries {
+  int head, put;
+};
+
+__host__ __device__ __forceinline__ RingEntries RingAt(int seen, int H, int SL, int first) {
+  int r = seen % SL;
+  if (r < 0) r += SL;
+  int head = r - H;  // >= -SL
+  if (head < 0) head += SL;
+  int put = r + first % SL;  // < 2 SL
+  if (put >= SL) put -= SL;
+  return {head, put};
+}
+
 // How a decode step's grid covers (batch, dim / C), C channels a thread:
 // thread t owns channel group t % chunks of rows [rg * rows, rg * rows +
 // rows), rg = t / chunks. One row a thread unless that grid is larger than
