@@ -53,12 +53,21 @@ __global__ void __launch_bounds__(kClX * kClY)
   const int64_t tend = te + H;  // g is needed up to te + H - 1
   const int64_t tload = Min64(tend, L);
   auto stage_group = [&](int64_t t, int buf) {
+    if (t + U <= tload) {  // the whole group is inside the row
+      const T *px = xb + t * D, *pd = dyb + t * D;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool ok = t + u < tload;
-      const int64_t off = ok ? (t + u) * D : 0;
-      CpAsync<sizeof(Raw)>(&stage[buf][0][u][tid], xb + off, ok);
-      CpAsync<sizeof(Raw)>(&stage[buf][1][u][tid], dyb + off, ok);
+      for (int u = 0; u < U; ++u) {
+        CpAsync<sizeof(Raw)>(&stage[buf][0][u][tid], px + u * D, true);
+        CpAsync<sizeof(Raw)>(&stage[buf][1][u][tid], pd + u * D, true);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const bool ok = t + u < tload;
+        const int64_t off = ok ? (t + u) * D : 0;
+        CpAsync<sizeof(Raw)>(&stage[buf][0][u][tid], xb + off, ok);
+        CpAsync<sizeof(Raw)>(&stage[buf][1][u][tid], dyb + off, ok);
+      }
     }
     CpAsyncCommit();
   };
@@ -75,87 +84,134 @@ __global__ void __launch_bounds__(kClX * kClY)
     __syncthreads();
   }
   if (active) {
-    T* dxb = static_cast<T*>(a.dx) + b * L * D;
+    T* dxb = static_cast<T*>(a.dx) + b * L * D + c0;
     int run = SameIdRunBefore<H, kMasked && !kIds>(ids, ts);  // kAny
-    ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t
-    if constexpr (kIds) idw.Start(ids, ts);
+    ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t (started at each masked group)
+    // One step tt of the walk (x and dy of tt staged in xr, dr): g at tt,
+    // its dweight terms, dx at tt - H. kind: kChecked steps may lie past te
+    // or tload, or have tt - H before ts, and read the activation at run
+    // time; the others are inside the slice (no tests), kDense ones in a
+    // window of one sequence (no masks). kAct: the activation known at
+    // compile time (0: read `silu`, 1: none, 2: SiLU).
+    auto step = [&](int64_t tt, const Raw xr, const Raw dr, auto kind, auto act) {
+      constexpr bool kChecked = decltype(kind)::value == StepKind::kChecked;
+      constexpr bool kM = kMasked && decltype(kind)::value != StepKind::kDense;
+      constexpr bool kIdsM = kIds && kM;
+      constexpr int kAct = decltype(act)::value;
+      const bool in = !kChecked || tt < tload;
+      bool live = in, clean = true;
+      int32_t id = 0;
+      if constexpr (kIdsM) {
+        idw.Next(ids, tt);
+        live = in && idw.id[H] >= 0;
+      } else if constexpr (kM) {
+        id = ids.Id(tt);
+        if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
+        clean = run >= H && id >= 0;
+        live = in && id >= 0;
+      }
+      const int live_bits = live ? -1 : 0;
+      const bool sums = !kChecked || tt < te;
+      float g[kV], xt[kV];
+#pragma unroll
+      for (int c = 0; c < kV; ++c) {
+        xt[c] = xr[c];  // zero-filled past tload
+        float tv[kHs];  // the taps this output reads (masked)
+#pragma unroll
+        for (int k = 0; k < H; ++k) {
+          if constexpr (kIdsM) {
+            tv[k] = idw.Same(k, H) ? xw[k][c] : 0.f;
+          } else {
+            tv[k] = clean || !kM || ids.Id(tt - H + k) == id
+                        ? xw[k][c] : MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c);
+          }
+        }
+        float pre = bias[c] + w[H][c] * xt[c];
+#pragma unroll
+        for (int k = 0; k < H; ++k)
+          if (!kBucket || k >= pad) pre += w[k][c] * tv[k];
+        const bool act_silu = kAct == 0 ? silu : kAct == 2;
+        // g = 0 where not live, by a bit mask: a select here becomes a
+        // branch around the activation in every step
+        g[c] = __int_as_float(__float_as_int(ActGrad(pre, dr[c], act_silu)) & live_bits);
+        if (sums) {
+#pragma unroll
+          for (int k = 0; k < H; ++k)
+            if (!kBucket || k >= pad) dw[k][c] += g[c] * tv[k];
+          dw[H][c] += g[c] * xt[c];
+          dw[kW][c] += g[c];
+        }
+      }
+      // dx at p = tt - H: tap k reads g at p + H - k = tt - k, counted when
+      // that output shares p's id.
+      const int64_t p = tt - H;
+      if (!kChecked || p >= ts) {
+        const int32_t idp = kM && !kIdsM ? ids.Id(p) : 0;
+        float out[kV];
+#pragma unroll
+        for (int c = 0; c < kV; ++c) {
+          float acc = 0.f;
+#pragma unroll
+          for (int k = 0; k < kW; ++k) {
+            if (kBucket && k < pad) continue;
+            const float gv = k == 0 ? g[c] : gw[H - k][c];
+            if constexpr (kIdsM) {
+              acc += w[k][c] * (idw.Same(H - k, 0) ? gv : 0.f);
+            } else if (clean || !kM || ids.Id(tt - k) == idp) {
+              acc += w[k][c] * gv;
+            }
+          }
+          out[c] = acc;
+        }
+        StoreVec<T, kV>(dxb + p * D, out);
+      }
+#pragma unroll
+      for (int k = 0; k + 1 < H; ++k)
+#pragma unroll
+        for (int c = 0; c < kV; ++c) xw[k][c] = xw[k + 1][c], gw[k][c] = gw[k + 1][c];
+      if (H > 0) {
+#pragma unroll
+        for (int c = 0; c < kV; ++c) xw[H - 1][c] = xt[c], gw[H - 1][c] = g[c];
+      }
+    };
+    using Checked = std::integral_constant<StepKind, StepKind::kChecked>;
+    using Masked = std::integral_constant<StepKind, StepKind::kMasked>;
+    using Dense = std::integral_constant<StepKind, StepKind::kDense>;
+    using RunTimeAct = std::integral_constant<int, 0>;
+    // A whole group of U steps, unrolled (the window moves by renaming).
+    auto full_group = [&](int64_t t, int buf, auto kind) {
+      if (silu) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          step(t + u, stage[buf][0][u][tid], stage[buf][1][u][tid], kind, std::integral_constant<int, 2>());
+      } else {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          step(t + u, stage[buf][0][u][tid], stage[buf][1][u][tid], kind, std::integral_constant<int, 1>());
+      }
+    };
     int buf = 0;
     for (int64_t t = ts; t < tend; t += U, buf ^= 1) {
       StageNextGroup<U>(t, tend, buf, stage_group);
+      const bool inside = t >= ts + H && t + U <= te;
+      if (inside && (!kMasked || OneSequence<H, U>(ids, t))) {
+        full_group(t, buf, Dense());
+        continue;
+      }
+      // the masked walks resume from the ids (a dense group does not track them)
+      if constexpr (kIds) idw.Start(ids, t);
+      if constexpr (kMasked && !kIds) {
+        if (t != ts) run = SameIdRunBefore<H, true>(ids, t - 1);
+      }
+      if constexpr (kIds) {
+        if (inside) {
+          full_group(t, buf, Masked());
+          continue;
+        }
+      }
       for (int u = 0; u < U; ++u) {
-        const int64_t tt = t + u;
-        if (tt >= tend) break;
-        const bool in = tt < tload;
-        const Raw xr = stage[buf][0][u][tid], dr = stage[buf][1][u][tid];
-        bool live = in, clean = true;
-        int32_t id = 0;
-        if constexpr (kIds) {
-          idw.Next(ids, tt);
-          live = in && idw.id[H] >= 0;
-        } else if constexpr (kMasked) {
-          id = ids.Id(tt);
-          if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
-          clean = run >= H && id >= 0;
-          live = in && id >= 0;
-        }
-        float g[kV], xt[kV];
-#pragma unroll
-        for (int c = 0; c < kV; ++c) {
-          xt[c] = xr[c];  // zero-filled past tload
-          float tv[kHs];  // the taps this output reads (masked)
-#pragma unroll
-          for (int k = 0; k < H; ++k) {
-            if constexpr (kIds) {
-              tv[k] = idw.Same(k, H) ? xw[k][c] : 0.f;
-            } else {
-              tv[k] = clean || !kMasked || ids.Id(tt - H + k) == id
-                          ? xw[k][c] : MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c);
-            }
-          }
-          float pre = bias[c] + w[H][c] * xt[c];
-#pragma unroll
-          for (int k = 0; k < H; ++k)
-            if (!kBucket || k >= pad) pre += w[k][c] * tv[k];
-          g[c] = live ? ActGrad(pre, dr[c], silu) : 0.f;
-          if (tt < te) {
-#pragma unroll
-            for (int k = 0; k < H; ++k)
-              if (!kBucket || k >= pad) dw[k][c] += g[c] * tv[k];
-            dw[H][c] += g[c] * xt[c];
-            dw[kW][c] += g[c];
-          }
-        }
-        // dx at p = tt - H: tap k reads g at p + H - k = tt - k, counted when
-        // that output shares p's id.
-        const int64_t p = tt - H;
-        if (p >= ts) {
-          const int32_t idp = kMasked ? ids.Id(p) : 0;
-          float out[kV];
-#pragma unroll
-          for (int c = 0; c < kV; ++c) {
-            float acc = 0.f;
-#pragma unroll
-            for (int k = 0; k < kW; ++k) {
-              if (kBucket && k < pad) continue;
-              const float gv = k == 0 ? g[c] : gw[H - k][c];
-              if constexpr (kIds) {
-                acc += w[k][c] * (idw.Same(H - k, 0) ? gv : 0.f);
-              } else if (clean || !kMasked || ids.Id(tt - k) == idp) {
-                acc += w[k][c] * gv;
-              }
-            }
-            out[c] = acc;
-          }
-          StoreVec<T, kV>(dxb + p * D + c0, out);
-        }
-#pragma unroll
-        for (int k = 0; k + 1 < H; ++k)
-#pragma unroll
-          for (int c = 0; c < kV; ++c) xw[k][c] = xw[k + 1][c], gw[k][c] = gw[k + 1][c];
-        if (H > 0) {
-#pragma unroll
-          for (int c = 0; c < kV; ++c) xw[H - 1][c] = xt[c], gw[H - 1][c] = g[c];
-        }
+        if (t + u >= tend) break;
+        step(t + u, stage[buf][0][u][tid], stage[buf][1][u][tid], Checked(), RunTimeAct());
       }
     }
   }

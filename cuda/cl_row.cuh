@@ -164,6 +164,24 @@ __device__ __forceinline__ int SameIdRunBefore(const Ids& ids, int64_t ts) {
   return run;
 }
 
+// How a row kernel compiles one step of its walk: kChecked (the step may
+// lie outside the slice; masks by kMask; the activation read at run time),
+// kMasked (inside the slice, kSeqIdx masks), kDense (inside the slice, in a
+// window of one sequence: no masks). Whole groups of U inside steps are
+// unrolled, so the register window moves by renaming.
+enum class StepKind { kChecked, kMasked, kDense };
+
+// Masked kernels: whether steps t - H .. t + U - 1 all share one sequence
+// (id >= 0), so that group can take the dense steps.
+template <int H, int U, typename Ids>
+__device__ __forceinline__ bool OneSequence(const Ids& ids, int64_t t) {
+  const int32_t id0 = ids.Id(t + U - 1);
+  bool same = id0 >= 0;
+#pragma unroll
+  for (int i = -H; i < U - 1; ++i) same &= ids.Id(t + i) == id0;
+  return same;
+}
+
 // The row kernels stage x (and dy / the residual) in groups of U steps
 // through shared memory, double buffered with cp.async: group t + U goes
 // into buffer buf ^ 1 while group t, in buf, is waited for (after the last

@@ -44,12 +44,21 @@ __global__ void __launch_bounds__(kClX * kClY)
   const T* rb = has_res ? static_cast<const T*>(a.residual) + b * L * D + c0 : nullptr;
   T* yb = static_cast<T*>(a.y) + b * L * D + c0;
   auto stage_group = [&](int64_t t, int buf) {
+    if (t + U <= te) {  // the whole group is inside the slice
+      const T* px = xb + t * D;
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool ok = t + u < te;
-      const int64_t off = ok ? (t + u) * D : 0;
-      CpAsync<sizeof(Raw)>(&slot(buf, 0, u), xb + off, ok);
-      if (has_res) CpAsync<sizeof(Raw)>(&slot(buf, 1, u), rb + off, ok);
+      for (int u = 0; u < U; ++u) {
+        CpAsync<sizeof(Raw)>(&slot(buf, 0, u), px + u * D, true);
+        if (has_res) CpAsync<sizeof(Raw)>(&slot(buf, 1, u), rb + (t + u) * D, true);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const bool ok = t + u < te;
+        const int64_t off = ok ? (t + u) * D : 0;
+        CpAsync<sizeof(Raw)>(&slot(buf, 0, u), xb + off, ok);
+        if (has_res) CpAsync<sizeof(Raw)>(&slot(buf, 1, u), rb + off, ok);
+      }
     }
     CpAsyncCommit();
   };
@@ -68,59 +77,96 @@ __global__ void __launch_bounds__(kClX * kClY)
   if (!mine) return;  // (after the block's barrier)
   const bool silu = a.act == Activation::kSilu;
   int run = SameIdRunBefore<H, kMasked && !kIds>(ids, ts);  // kAny
-  ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t
-  if constexpr (kIds) idw.Start(ids, ts);
+  ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t (started at each masked group)
+  // One step tt (its x staged in xr). kind: kChecked steps may lie past te
+  // and read the activation at run time; kDense ones lie in a window of one
+  // sequence (no masks). kAct: the activation known at compile time (0:
+  // read `silu`, 1: none, 2: SiLU).
+  auto step = [&](int64_t tt, const Raw xr, int buf, int u, auto kind, auto act) {
+    constexpr bool kM = kMasked && decltype(kind)::value != StepKind::kDense;
+    constexpr bool kIdsM = kIds && kM;
+    constexpr int kAct = decltype(act)::value;
+    const bool act_silu = kAct == 0 ? silu : kAct == 2;
+    float xt[kV], out[kV];
+#pragma unroll
+    for (int c = 0; c < kV; ++c) xt[c] = xr[c];
+    bool live = true, clean = true;
+    int32_t id = 0;
+    if constexpr (kIdsM) {
+      idw.Next(ids, tt);
+      live = idw.id[H] >= 0;
+    } else if constexpr (kM) {
+      id = ids.Id(tt);
+      if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
+      clean = run >= H && id >= 0;
+      live = id >= 0;
+    }
+#pragma unroll
+    for (int c = 0; c < kV; ++c) {
+      float acc = bias[c] + w[H][c] * xt[c];
+      if constexpr (kIdsM) {  // (a select: an input of another sequence is never multiplied)
+#pragma unroll
+        for (int k = 0; k < H; ++k) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
+      } else if (clean) {
+#pragma unroll
+        for (int k = 0; k < H; ++k)
+          if (!kBucket || k >= pad) acc += w[k][c] * win[k][c];
+      } else if (live) {
+#pragma unroll
+        for (int k = 0; k < H; ++k)
+          if (!kBucket || k >= pad) {
+            const float v = kM && ids.Id(tt - H + k) != id
+                                ? MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c) : win[k][c];
+            acc += w[k][c] * v;
+          }
+      }
+      out[c] = live ? Activate(acc, act_silu) : 0.f;
+#pragma unroll
+      for (int k = 0; k + 1 < H; ++k) win[k][c] = win[k + 1][c];
+      if (H > 0) win[H - 1][c] = xt[c];
+    }
+    // (added unconditionally, zero without a residual: a branch here would
+    // split the unrolled group at every step)
+    Raw rr = {};
+    if (has_res) rr = slot(buf, 1, u);
+#pragma unroll
+    for (int c = 0; c < kV; ++c) out[c] += rr[c];
+    StoreVec<T, kV>(yb + tt * D, out);
+  };
+  using Checked = std::integral_constant<StepKind, StepKind::kChecked>;
+  using Masked = std::integral_constant<StepKind, StepKind::kMasked>;
+  using Dense = std::integral_constant<StepKind, StepKind::kDense>;
+  // A whole group of U steps, unrolled (the window moves by renaming).
+  auto full_group = [&](int64_t t, int buf, auto kind) {
+    if (silu) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 2>());
+    } else {
+#pragma unroll
+      for (int u = 0; u < U; ++u) step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 1>());
+    }
+  };
   int buf = 0;
   for (int64_t t = ts; t < te; t += U, buf ^= 1) {
     StageNextGroup<U>(t, te, buf, stage_group);
-    for (int u = 0; u < U && t + u < te; ++u) {
-      const int64_t tt = t + u;
-      const Raw xr = slot(buf, 0, u);
-      float xt[kV], out[kV];
-#pragma unroll
-      for (int c = 0; c < kV; ++c) xt[c] = xr[c];
-      bool live = true, clean = true;
-      int32_t id = 0;
-      if constexpr (kIds) {
-        idw.Next(ids, tt);
-        live = idw.id[H] >= 0;
-      } else if constexpr (kMasked) {
-        id = ids.Id(tt);
-        if (tt != ts) run = id == ids.Id(tt - 1) ? min(run + 1, H) : 0;
-        clean = run >= H && id >= 0;
-        live = id >= 0;
-      }
-#pragma unroll
-      for (int c = 0; c < kV; ++c) {
-        float acc = bias[c] + w[H][c] * xt[c];
-        if constexpr (kIds) {  // (a select: an input of another sequence is never multiplied)
-#pragma unroll
-          for (int k = 0; k < H; ++k) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
-        } else if (clean) {
-#pragma unroll
-          for (int k = 0; k < H; ++k)
-            if (!kBucket || k >= pad) acc += w[k][c] * win[k][c];
-        } else if (live) {
-#pragma unroll
-          for (int k = 0; k < H; ++k)
-            if (!kBucket || k >= pad) {
-              const float v = kMasked && ids.Id(tt - H + k) != id
-                                  ? MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c) : win[k][c];
-              acc += w[k][c] * v;
-            }
-        }
-        out[c] = live ? Activate(acc, silu) : 0.f;
-#pragma unroll
-        for (int k = 0; k + 1 < H; ++k) win[k][c] = win[k + 1][c];
-        if (H > 0) win[H - 1][c] = xt[c];
-      }
-      if (has_res) {
-        const Raw rr = slot(buf, 1, u);
-#pragma unroll
-        for (int c = 0; c < kV; ++c) out[c] += rr[c];
-      }
-      StoreVec<T, kV>(yb + tt * D, out);
+    const bool inside = t + U <= te;
+    if (inside && (!kMasked || OneSequence<H, U>(ids, t))) {
+      full_group(t, buf, Dense());
+      continue;
     }
+    // the masked walks resume from the ids (a dense group does not track them)
+    if constexpr (kIds) idw.Start(ids, t);
+    if constexpr (kMasked && !kIds) {
+      if (t != ts) run = SameIdRunBefore<H, true>(ids, t - 1);
+    }
+    if constexpr (kIds) {
+      if (inside) {
+        full_group(t, buf, Masked());
+        continue;
+      }
+    }
+    for (int u = 0; u < U && t + u < te; ++u)
+      step(t + u, slot(buf, 0, u), buf, u, Checked(), std::integral_constant<int, 0>());
   }
 }
 

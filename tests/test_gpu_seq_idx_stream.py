@@ -4,7 +4,10 @@ every width and dtype, GPU against the CPU kernels: rows of whole 16-byte
 vectors, channel counts that leave a partial group of 8 and a partial block, several
 chunks and a partial one, one-token segments across a chunk edge, padding in
 the middle and at the tail, ids that return, initial and final states, a
-vmapped weight, and non-finite inputs kept inside their own sequence."""
+vmapped weight, and non-finite inputs kept inside their own sequence.
+The same ids run through the channels-last row kernels (cuda/cl_row.cuh:
+groups of steps inside one sequence take the unmasked steps, the others
+the masked ones) at channel counts of whole aligned vectors."""
 
 import numpy as np
 import pytest
@@ -33,25 +36,34 @@ def packed_ids(rng, B, L):
     return jnp.asarray(ids)
 
 
+SHAPES = {False: [(2, 20, 2056), (1, 33, 1104), (3, 16, 520)],
+          True: [(2, 64, 2056), (1, 40, 1104), (3, 16, 520)]}
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 6, 7, 8])
-def test_stream_seq_idx(dtype, W):
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16])
+@pytest.mark.parametrize("cl", [False, True])
+def test_stream_seq_idx(dtype, W, cl):
+    if W > 8 and not cl:
+        pytest.skip("channels-first W > 8 is not the streaming family")
     rng = np.random.default_rng(W)
-    for (B, D, L) in [(2, 20, 2056), (1, 33, 1104), (3, 16, 520)]:
-        x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+    for (B, D, L) in SHAPES[cl]:
+        x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
         res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
         sidx = packed_ids(rng, B, L)
 
         def f(x, w, b, r, h):
             y1, s1 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
-                                       return_final_states=True, residual=r, backend="ffi")
-            y2 = jcc.causal_conv1d(x, w, b, seq_idx=sidx, backend="ffi")  # no activation, no states
+                                       return_final_states=True, residual=r, channels_last=cl,
+                                       backend="ffi")
+            # no activation, no states
+            y2 = jcc.causal_conv1d(x, w, b, seq_idx=sidx, channels_last=cl, backend="ffi")
             return y1, s1, y2
 
-        check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, f"stream seq_idx {B,D,L}")
+        check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, f"stream seq_idx {B,D,L} cl={cl}")
     wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
     fv = jax.vmap(lambda x, w: jcc.causal_conv1d(x[None], w, b, activation="silu", seq_idx=sidx[:1],
-                                                 backend="ffi")[0])
+                                                 channels_last=cl, backend="ffi")[0])
     check(grads(fv, (0, 1)), (x[:2], wv), dtype, "stream seq_idx groups")
 
 
@@ -72,24 +84,29 @@ def test_stream_seq_idx_edge_table(W):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [2, 5, 8])
-def test_stream_seq_idx_nonfinite_other_sequence(dtype, W):
+@pytest.mark.parametrize("cl", [False, True])
+def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     """An Inf or NaN input stays in its own sequence: the next sequence's
     outputs (and its dx, dweight) stay finite, as on the CPU."""
     rng = np.random.default_rng(W)
-    B, D, L = 1, 20, 2056
-    x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
+    B, D, L = 1, 32 if cl else 20, 2056
+    x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
     ids = np.zeros((B, L), np.int32)
     ids[:, 1000:] = 1                       # a boundary near the bf16 chunk edge
     ids[:, 1500:] = 2
     xn = np.array(x.astype(jnp.float32))
+    if cl:  # (B, L, D) -> (B, D, L) views, to index time last below
+        xn = np.swapaxes(xn, 1, 2)
     xn[:, :, 999] = np.inf                  # last step of sequence 0
     xn[:, :, 1499] = np.nan                 # last step of sequence 1
-    x = jnp.asarray(xn, x.dtype)
+    x = jnp.asarray(np.swapaxes(xn, 1, 2) if cl else xn, x.dtype)
     sidx = jnp.asarray(ids)
-    f = grads(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, backend="ffi"),
-              (0, 1, 2))
+    f = grads(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
+                                                channels_last=cl, backend="ffi"), (0, 1, 2))
     got, want = run(GPU, f, x, w, b), run(CPU, f, x, w, b)
     y, (dx, dw, db) = got
+    if cl:
+        y, dx = np.swapaxes(y, 1, 2), np.swapaxes(dx, 1, 2)
     assert np.isfinite(y[:, :, 1000:1499]).all() and np.isfinite(y[:, :, 1500:]).all()
     # dx of sequence 1 up to the outputs that read its NaN; none of sequence 0's Inf
     assert np.isfinite(dx[:, :, 1000:1500 - W]).all()
