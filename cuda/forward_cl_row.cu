@@ -21,6 +21,10 @@ __global__ void __launch_bounds__(kClX * kClY)
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
   constexpr int kThreadsPerBlock = kClX * kClY;
   constexpr bool kBucket = kW > 8;
+  // Whole groups unrolled (StepKind) past W = 4; at W <= 4 (words of 8
+  // channels at 16-bit types) they measured slower than the step loop
+  // (docs/performance-log.md, 2026-11-26, sixth session).
+  constexpr bool kGroups = kW > 4;
   using Raw = ChRaw<T, kV>;
   // stage[buffer][tensor: x, residual][step][thread], dynamic: the residual
   // half only when there is a residual
@@ -125,12 +129,19 @@ __global__ void __launch_bounds__(kClX * kClY)
       for (int k = 0; k + 1 < H; ++k) win[k][c] = win[k + 1][c];
       if (H > 0) win[H - 1][c] = xt[c];
     }
-    // (added unconditionally, zero without a residual: a branch here would
-    // split the unrolled group at every step)
-    Raw rr = {};
-    if (has_res) rr = slot(buf, 1, u);
+    if constexpr (decltype(kind)::value == StepKind::kChecked) {
+      if (has_res) {
+        const Raw rr = slot(buf, 1, u);
 #pragma unroll
-    for (int c = 0; c < kV; ++c) out[c] += rr[c];
+        for (int c = 0; c < kV; ++c) out[c] += rr[c];
+      }
+    } else {  // (added unconditionally, zero without a residual: a branch
+              // here would split the unrolled group at every step)
+      Raw rr = {};
+      if (has_res) rr = slot(buf, 1, u);
+#pragma unroll
+      for (int c = 0; c < kV; ++c) out[c] += rr[c];
+    }
     StoreVec<T, kV>(yb + tt * D, out);
   };
   using Checked = std::integral_constant<StepKind, StepKind::kChecked>;
@@ -150,7 +161,7 @@ __global__ void __launch_bounds__(kClX * kClY)
   for (int64_t t = ts; t < te; t += U, buf ^= 1) {
     StageNextGroup<U>(t, te, buf, stage_group);
     const bool inside = t + U <= te;
-    if (inside && (!kMasked || OneSequence<H, U>(ids, t))) {
+    if (kGroups && inside && (!kMasked || OneSequence<H, U>(ids, t))) {
       full_group(t, buf, Dense());
       continue;
     }
@@ -159,7 +170,7 @@ __global__ void __launch_bounds__(kClX * kClY)
     if constexpr (kMasked && !kIds) {
       if (t != ts) run = SameIdRunBefore<H, true>(ids, t - 1);
     }
-    if constexpr (kIds) {
+    if constexpr (kIds && kGroups) {
       if (inside) {
         full_group(t, buf, Masked());
         continue;
