@@ -258,7 +258,7 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t s
 }  // namespace
 
 int64_t ClRowChunks(const ConvArgs& a, bool backward) {
-  const int64_t steps = int64_t(kClY) * (backward ? kClBwdSteps : kClFwdSteps);
+  const int64_t steps = int64_t(kClY) * (backward ? kClBwdSteps : ClFwdSteps(WidthBucket(int(a.width))));
   const int64_t vec = ClRowVec(a, backward);
   const int64_t nchunk = CeilDiv(a.len, steps);
   return ClBlocks(a.batch, nchunk, a.dim, int(vec)) <= INT_MAX ? nchunk : 0;

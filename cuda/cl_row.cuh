@@ -22,7 +22,9 @@ namespace jcc::cuda {
 
 constexpr int kClX = 32;
 constexpr int kClY = 4;
-constexpr int kClFwdSteps = 32;   // time steps per thread, forward
+// Time steps per thread, forward: more past W = 4, where each slice's
+// history (W - 1 steps read again) and taps cost more.
+__host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 4 ? 32 : 64; }
 constexpr int kClBwdSteps = 128;  // time steps per thread, backward
 
 // Channels per thread: the forward's word is 16, 8 or 4 bytes as the width

@@ -1,5 +1,5 @@
 // Channels-last forward over whole aligned channel vectors (see cl_row.cuh):
-// each thread owns kV channels and a slice of kClFwdSteps steps, and stages
+// each thread owns kV channels and a slice of ClFwdSteps steps, and stages
 // x (and the residual) through shared memory with cp.async one group of
 // steps ahead, so loads stay in flight while it computes; the last W - 1
 // inputs stay in registers. final_states are written by states.cu.
@@ -12,7 +12,6 @@ namespace jcc::cuda {
 namespace {
 
 constexpr int kStage = 8;        // steps per staged group
-constexpr int kBlockSteps = kClY * kClFwdSteps;
 
 template <typename T, int kW, ClMask kMask>
 __global__ void __launch_bounds__(kClX * kClY)
@@ -21,6 +20,7 @@ __global__ void __launch_bounds__(kClX * kClY)
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
   constexpr int kThreadsPerBlock = kClX * kClY;
   constexpr bool kBucket = kW > 8;
+  constexpr int kSteps = ClFwdSteps(kW), kBlockSteps = kClY * kSteps;
   // Whole groups unrolled (StepKind) past W = 4; at W <= 4 (words of 8
   // channels at 16-bit types) they measured slower than the step loop
   // (docs/performance-log.md, 2026-11-26, sixth session).
@@ -40,8 +40,8 @@ __global__ void __launch_bounds__(kClX * kClY)
   const int64_t D = a.dim, L = a.len;
   const ClBlock blk = LocateClBlock<kV>(a.dim, nchunk);
   const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
-  const int64_t ts = (chunk * kClY + threadIdx.y) * kClFwdSteps;
-  const int64_t te = Min64(L, ts + kClFwdSteps);
+  const int64_t ts = (chunk * kClY + threadIdx.y) * kSteps;
+  const int64_t te = Min64(L, ts + kSteps);
   const bool mine = c0 < D && ts < te;
   const int W = int(a.width), pad = kW - W;
   const T* xb = static_cast<const T*>(a.x) + b * L * D + c0;
