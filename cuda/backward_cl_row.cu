@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kClX * kClY, kW <= 8 ? 4 : 1)
         // g = 0 where not live, by a bit mask: a select here becomes a
         // branch around the activation in every step
         g[c] = __int_as_float(__float_as_int(ActGrad(pre, dr[c], act_silu)) & live_bits);
-        if (sums) {
+        if (sums && live) {  // (padding: no share, whatever its inputs hold)
 #pragma unroll
           for (int k = 0; k < H; ++k)
             if (!kBucket || k >= pad) dw[k][c] += g[c] * tv[k];
@@ -192,12 +192,33 @@ __global__ void __launch_bounds__(kClX * kClY, kW <= 8 ? 4 : 1)
           step(t + u, stage[buf][0][u][tid], stage[buf][1][u][tid], kind, std::integral_constant<int, 1>());
       }
     };
+    // A group of padding (ids < 0, inside the slice): g = 0, and dx = 0 at
+    // steps t - H .. t + U - H - 1 (every output they feed is padding).
+    auto padding_group = [&](int64_t t, int buf) {
+      const float zero[kV] = {};
+#pragma unroll
+      for (int u = 0; u < U; ++u) StoreVec<T, kV>(dxb + (t + u - H) * D, zero);
+      ShiftWindow<H, U, kV>(xw, [&](int u, float(&v)[kV]) {
+        const Raw r = stage[buf][0][u][tid];
+#pragma unroll
+        for (int c = 0; c < kV; ++c) v[c] = r[c];
+      });
+      ShiftWindow<H, U, kV>(gw, [](int, float(&v)[kV]) {
+#pragma unroll
+        for (int c = 0; c < kV; ++c) v[c] = 0.f;
+      });
+    };
     int buf = 0;
     for (int64_t t = ts; t < tend; t += U, buf ^= 1) {
       StageNextGroup<U>(t, tend, buf, stage_group);
       const bool inside = t >= ts + H && t + U <= te;
-      if (inside && (!kMasked || OneSequence<H, U>(ids, t))) {
+      const GroupIds kinds = kMasked && inside ? ClassifyGroup<H, U>(ids, t) : GroupIds::kMixed;
+      if (inside && (!kMasked || kinds == GroupIds::kOneSequence)) {
         full_group(t, buf, Dense());
+        continue;
+      }
+      if (kinds == GroupIds::kPadding) {
+        padding_group(t, buf);
         continue;
       }
       // the masked walks resume from the ids (a dense group does not track them)

@@ -173,15 +173,37 @@ __device__ __forceinline__ int SameIdRunBefore(const Ids& ids, int64_t ts) {
 // unrolled, so the register window moves by renaming.
 enum class StepKind { kChecked, kMasked, kDense };
 
-// Masked kernels: whether steps t - H .. t + U - 1 all share one sequence
-// (id >= 0), so that group can take the dense steps.
+// Masked kernels: what the ids of steps t - H .. t + U - 1 (a group of U
+// steps and the window before it) hold: one sequence (id >= 0; the group
+// can take the dense steps), padding only (every output and every dx of
+// the group is zero), or anything else.
+enum class GroupIds { kMixed, kOneSequence, kPadding };
 template <int H, int U, typename Ids>
-__device__ __forceinline__ bool OneSequence(const Ids& ids, int64_t t) {
+__device__ __forceinline__ GroupIds ClassifyGroup(const Ids& ids, int64_t t) {
   const int32_t id0 = ids.Id(t + U - 1);
-  bool same = id0 >= 0;
+  bool same = true, padding = id0 < 0;
 #pragma unroll
-  for (int i = -H; i < U - 1; ++i) same &= ids.Id(t + i) == id0;
-  return same;
+  for (int i = -H; i < U - 1; ++i) {
+    const int32_t id = ids.Id(t + i);
+    same &= id == id0;
+    padding &= id < 0;
+  }
+  return padding ? GroupIds::kPadding : same && id0 >= 0 ? GroupIds::kOneSequence : GroupIds::kMixed;
+}
+
+// The register window win[0 .. H) (steps t - H .. t - 1) moved past a group
+// of U steps whose values at step t + u are next(u).
+template <int H, int U, int kV, typename Next>
+__device__ __forceinline__ void ShiftWindow(float (*win)[kV], Next&& next) {
+#pragma unroll
+  for (int k = 0; k < H; ++k) {
+    if (k + U < H) {
+#pragma unroll
+      for (int c = 0; c < kV; ++c) win[k][c] = win[k + U][c];
+    } else {
+      next(k + U - H, win[k]);
+    }
+  }
 }
 
 // The row kernels stage x (and dy / the residual) in groups of U steps

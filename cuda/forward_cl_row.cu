@@ -157,12 +157,36 @@ __global__ void __launch_bounds__(kClX * kClY)
       for (int u = 0; u < U; ++u) step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 1>());
     }
   };
+  // A group of padding (ids < 0, inside the slice): y = 0 (plus the
+  // residual) at every step.
+  auto padding_group = [&](int64_t t, int buf) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float out[kV] = {};
+      if (has_res) {
+        const Raw rr = slot(buf, 1, u);
+#pragma unroll
+        for (int c = 0; c < kV; ++c) out[c] = rr[c];
+      }
+      StoreVec<T, kV>(yb + (t + u) * D, out);
+    }
+    ShiftWindow<H, U, kV>(win, [&](int u, float(&v)[kV]) {
+      const Raw r = slot(buf, 0, u);
+#pragma unroll
+      for (int c = 0; c < kV; ++c) v[c] = r[c];
+    });
+  };
   int buf = 0;
   for (int64_t t = ts; t < te; t += U, buf ^= 1) {
     StageNextGroup<U>(t, te, buf, stage_group);
     const bool inside = t + U <= te;
-    if (kGroups && inside && (!kMasked || OneSequence<H, U>(ids, t))) {
+    const GroupIds kinds = kMasked && kGroups && inside ? ClassifyGroup<H, U>(ids, t) : GroupIds::kMixed;
+    if (kGroups && inside && (!kMasked || kinds == GroupIds::kOneSequence)) {
       full_group(t, buf, Dense());
+      continue;
+    }
+    if (kinds == GroupIds::kPadding) {
+      padding_group(t, buf);
       continue;
     }
     // the masked walks resume from the ids (a dense group does not track them)
