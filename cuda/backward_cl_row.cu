@@ -136,11 +136,11 @@ __global__ void __launch_bounds__(kClX * kClY, kW <= 8 ? 4 : 1)
         // g = 0 where not live, by a bit mask: a select here becomes a
         // branch around the activation in every step
         g[c] = __int_as_float(__float_as_int(ActGrad(pre, dr[c], act_silu)) & live_bits);
-        if (sums && live) {  // (padding: no share, whatever its inputs hold)
+        if (sums) {  // (a padding step's inputs masked by bits: 0 * Inf would be NaN)
 #pragma unroll
           for (int k = 0; k < H; ++k)
-            if (!kBucket || k >= pad) dw[k][c] += g[c] * tv[k];
-          dw[H][c] += g[c] * xt[c];
+            if (!kBucket || k >= pad) dw[k][c] += g[c] * __int_as_float(__float_as_int(tv[k]) & live_bits);
+          dw[H][c] += g[c] * __int_as_float(__float_as_int(xt[c]) & live_bits);
           dw[kW][c] += g[c];
         }
       }
