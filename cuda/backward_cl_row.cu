@@ -24,10 +24,8 @@ struct ClRowStage {
   static constexpr int kU = sizeof(T) >= 4 ? 4 : 8;
 };
 
-// At W <= 8 four blocks an SM (128 registers): the seq_idx steps need more
-// and would run three (the spills this costs are outside the unrolled groups).
 template <typename T, int kW, ClMask kMask>
-__global__ void __launch_bounds__(kClX * kClY, kW <= 8 ? 4 : 1)
+__global__ void __launch_bounds__(kClX * kClY)
     BwdClRowKernel(const ConvArgs a, int64_t nchunk, float* ws) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClBwdVec(sizeof(T), kW), U = ClRowStage<T>::kU;
@@ -226,7 +224,9 @@ __global__ void __launch_bounds__(kClX * kClY, kW <= 8 ? 4 : 1)
       if constexpr (kMasked && !kIds) {
         if (t != ts) run = SameIdRunBefore<H, true>(ids, t - 1);
       }
-      if constexpr (kIds) {
+      // (masked groups unrolled only up to W = 4: past it their registers
+      // would cost the whole kernel a block an SM, or spills)
+      if constexpr (kIds && kW <= 4) {
         if (inside) {
           full_group(t, buf, Masked());
           continue;
