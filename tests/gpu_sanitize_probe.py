@@ -87,6 +87,11 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     # cuda/stream_ids.cuh): partial groups
     (jnp.bfloat16, (2, 20, 2056), 6, False, "seq"),
     (jnp.float32, (1, 33, 1104), 8, False, "seq"),
+    # channels-last rows with long padding runs: groups of one sequence,
+    # masked groups, groups of padding only (H > a group at W = 16)
+    (jnp.bfloat16, (2, 64, 1100), 3, True, "seqpad"),
+    (jnp.bfloat16, (2, 64, 1100), 8, True, "seqpad"),
+    (jnp.bfloat16, (1, 32, 1100), 16, True, "seqpad"),
 ]
 def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)
@@ -99,8 +104,11 @@ def conv_case(dt, B, D, L, W, cl, mode):
     ids[:, -5:] = -1
     ids[:, L // 2: L // 2 + 3] = 9
     ids[:, L // 2 + 20: L // 2 + 22] = 9
-    s = jnp.asarray(ids, jnp.int32) if mode == "seq" else None
-    hh = h if mode in ("states", "seq") else None
+    if mode == "seqpad":
+        ids[:, L // 4: L // 4 + 45] = -1
+        ids[:, -70:] = -1
+    s = jnp.asarray(ids, jnp.int32) if mode in ("seq", "seqpad") else None
+    hh = h if mode in ("states", "seq", "seqpad") else None
 
     def loss(x, w, b, h, r):
         y, f = jcc.causal_conv1d(x, w, b, activation="silu", residual=r, seq_idx=s,

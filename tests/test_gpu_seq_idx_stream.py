@@ -114,3 +114,35 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
         assert np.array_equal(np.isfinite(g), np.isfinite(e))
         ok = np.isfinite(e)
         assert rel_err(g[ok], e[ok]) <= REL[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [2, 4, 5, 8, 12, 16])
+def test_rows_padding_groups(dtype, W):
+    """Channels-last rows with long padding runs (in the middle, at the
+    tail, a whole row): their groups of padding write zeros (plus the
+    residual) without computing; Inf and NaN in the padding leave every
+    output, dx and dweight as the CPU has them (finite outside)."""
+    rng = np.random.default_rng(W + 7)
+    B, D, L = 3, 64, 1100
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, True)
+    res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+    ids = np.repeat(np.arange(4), -(-L // 4))[None, :L].repeat(B, 0).astype(np.int32)
+    ids[:, 300:341] = -1          # padding in the middle (several groups)
+    ids[:, 1030:] = -1            # a padded tail
+    ids[2] = -1                   # a row of padding only
+    xn = np.array(x.astype(jnp.float32))
+    xn[0, 310, :] = np.inf        # non-finite inputs inside the padding
+    xn[1, 1050, :] = np.nan
+    x = jnp.asarray(xn, x.dtype)
+    sidx = jnp.asarray(ids)
+    f = grads(lambda x, w, b, r, h: jcc.causal_conv1d(
+        x, w, b, activation="silu", seq_idx=sidx, initial_states=h, return_final_states=True,
+        residual=r, channels_last=True, backend="ffi"), (0, 1, 2, 3, 4))
+    got, want = run(GPU, f, x, w, b, res, init), run(CPU, f, x, w, b, res, init)
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.array_equal(np.isfinite(g), np.isfinite(e))
+        ok = np.isfinite(e)
+        assert rel_err(g[ok], e[ok]) <= REL[dtype]
+    _, (dx, dw, db, dr, dh) = got
+    assert np.isfinite(dw).all() and np.isfinite(db).all()
