@@ -4,9 +4,11 @@
 // steps ahead (double buffered), and walks forwards:
 //   g[t] = dy[t] act'(pre[t]) (zero on padding),  dweight[k] += g[t] tap_k(t),
 //   dx[p] = sum_k w[k] g[p + H - k]  (outputs of p's sequence),
-// emitting dx H steps behind the g it computes. A step whose window is one
-// sequence (a running count of equal ids, kMasked) serves both its g and
-// the dx of the step H before it with the plain taps. The block's partial
+// emitting dx H steps behind the g it computes. Whole groups of steps are
+// unrolled (StepKind, cl_row.cuh); a group inside one sequence takes the
+// plain taps for both its g and the dx H steps before, a group of padding
+// writes dx = 0 (ClassifyGroup); elsewhere a step whose window is one
+// sequence (a running count of equal ids, kAny) does. The block's partial
 // sums go to the workspace (states.cu's ReduceKernel); StatesGradKernel adds
 // the state terms.
 #include "cl_row.cuh"
