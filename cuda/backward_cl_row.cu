@@ -211,33 +211,17 @@ __global__ void __launch_bounds__(kClX * kClY)
     int buf = 0;
     for (int64_t t = ts; t < tend; t += U, buf ^= 1) {
       StageNextGroup<U>(t, tend, buf, stage_group);
-      const bool inside = t >= ts + H && t + U <= te;
-      const GroupIds kinds = kMasked && inside ? ClassifyGroup<H, U>(ids, t) : GroupIds::kMixed;
-      if (inside && (!kMasked || kinds == GroupIds::kOneSequence)) {
-        full_group(t, buf, Dense());
-        continue;
-      }
-      if (kinds == GroupIds::kPadding) {
-        padding_group(t, buf);
-        continue;
-      }
-      // the masked walks resume from the ids (a dense group does not track them)
-      if constexpr (kIds) idw.Start(ids, t);
-      if constexpr (kMasked && !kIds) {
-        if (t != ts) run = SameIdRunBefore<H, true>(ids, t - 1);
-      }
       // (masked groups unrolled only up to W = 4: past it their registers
       // would cost the whole kernel a block an SM, or spills)
-      if constexpr (kIds && kW <= 4) {
-        if (inside) {
-          full_group(t, buf, Masked());
-          continue;
-        }
-      }
-      for (int u = 0; u < U; ++u) {
-        if (t + u >= tend) break;
-        step(t + u, stage[buf][0][u][tid], stage[buf][1][u][tid], Checked(), RunTimeAct());
-      }
+      WalkGroup<kMask, H, U, (kW <= 4)>(
+          ids, t, ts, t >= ts + H && t + U <= te, idw, run, [&] { full_group(t, buf, Dense()); },
+          [&] { padding_group(t, buf); }, [&] { full_group(t, buf, Masked()); },
+          [&] {
+            for (int u = 0; u < U; ++u) {
+              if (t + u >= tend) break;
+              step(t + u, stage[buf][0][u][tid], stage[buf][1][u][tid], Checked(), RunTimeAct());
+            }
+          });
     }
   }
   // The block's partial sums over its kClY slices, in slice order:

@@ -274,4 +274,30 @@ __device__ __forceinline__ ClBlock LocateClBlock(int64_t dim, int64_t nchunk) {
   return {b, rest - b * nchunk, ((blockIdx.x - rest * groups) * kClX + threadIdx.x) * kV};
 }
 
+// What a row kernel does with its staged group of U steps from t (`inside`:
+// the group lies where the unrolled kinds may run): `dense()` for a group
+// of one sequence (or any group, unmasked), `padding()` for padding only,
+// otherwise the masked walk resumed from the ids (kSeqIdx: the window of
+// ids; kAny: the running count of equal ids), `masked()` unrolled where
+// kUnrollMasked, else `checked()` step by step.
+template <ClMask kMask, int H, int U, bool kUnrollMasked, typename Ids, typename Dense,
+          typename Padding, typename Masked, typename Checked>
+__device__ __forceinline__ void WalkGroup(const Ids& ids, int64_t t, int64_t ts, bool inside,
+                                          ClIdWindow<H>& idw, int& run, Dense&& dense,
+                                          Padding&& padding, Masked&& masked, Checked&& checked) {
+  constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
+  const GroupIds kinds = kMasked && inside ? ClassifyGroup<H, U>(ids, t) : GroupIds::kMixed;
+  if (inside && (!kMasked || kinds == GroupIds::kOneSequence)) return dense();
+  if (kinds == GroupIds::kPadding) return padding();
+  // (a dense group does not track the ids)
+  if constexpr (kIds) idw.Start(ids, t);
+  if constexpr (kMasked && !kIds) {
+    if (t != ts) run = SameIdRunBefore<H, true>(ids, t - 1);
+  }
+  if constexpr (kIds && kUnrollMasked) {
+    if (inside) return masked();
+  }
+  checked();
+}
+
 }  // namespace jcc::cuda

@@ -179,29 +179,13 @@ __global__ void __launch_bounds__(kClX * kClY)
   int buf = 0;
   for (int64_t t = ts; t < te; t += U, buf ^= 1) {
     StageNextGroup<U>(t, te, buf, stage_group);
-    const bool inside = t + U <= te;
-    const GroupIds kinds = kMasked && kGroups && inside ? ClassifyGroup<H, U>(ids, t) : GroupIds::kMixed;
-    if (kGroups && inside && (!kMasked || kinds == GroupIds::kOneSequence)) {
-      full_group(t, buf, Dense());
-      continue;
-    }
-    if (kinds == GroupIds::kPadding) {
-      padding_group(t, buf);
-      continue;
-    }
-    // the masked walks resume from the ids (a dense group does not track them)
-    if constexpr (kIds) idw.Start(ids, t);
-    if constexpr (kMasked && !kIds) {
-      if (t != ts) run = SameIdRunBefore<H, true>(ids, t - 1);
-    }
-    if constexpr (kIds && kGroups) {
-      if (inside) {
-        full_group(t, buf, Masked());
-        continue;
-      }
-    }
-    for (int u = 0; u < U && t + u < te; ++u)
-      step(t + u, slot(buf, 0, u), buf, u, Checked(), std::integral_constant<int, 0>());
+    WalkGroup<kMask, H, U, true>(
+        ids, t, ts, kGroups && t + U <= te, idw, run, [&] { full_group(t, buf, Dense()); },
+        [&] { padding_group(t, buf); }, [&] { full_group(t, buf, Masked()); },
+        [&] {
+          for (int u = 0; u < U && t + u < te; ++u)
+            step(t + u, slot(buf, 0, u), buf, u, Checked(), std::integral_constant<int, 0>());
+        });
   }
 }
 
