@@ -82,10 +82,11 @@ __global__ void __launch_bounds__(kClX * kClY)
   const bool silu = a.act == Activation::kSilu;
   int run = SameIdRunBefore<H, kMasked && !kIds>(ids, ts);  // kAny
   ClIdWindow<H> idw;  // kIds: the ids of steps t - H .. t (started at each masked group)
-  // One step tt (its x staged in xr). kind: kChecked steps may lie past te
-  // and read the activation at run time; kDense ones lie in a window of one
-  // sequence (no masks). kAct: the activation known at compile time (0:
-  // read `silu`, 1: none, 2: SiLU).
+  // One step tt (its x staged in xr). kind: kChecked steps (a slice's last,
+  // partial group; every group at W <= 4; kAny's mixed groups) read the
+  // activation at run time; kMasked ones mask taps by the id window; kDense
+  // ones lie in a window of one sequence (no masks). kAct: the activation
+  // known at compile time (0: read `silu`, 1: none, 2: SiLU).
   auto step = [&](int64_t tt, const Raw xr, int buf, int u, auto kind, auto act) {
     constexpr bool kM = kMasked && decltype(kind)::value != StepKind::kDense;
     constexpr bool kIdsM = kIds && kM;
