@@ -92,6 +92,9 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (2, 64, 1100), 3, True, "seqpad"),
     (jnp.bfloat16, (2, 64, 1100), 8, True, "seqpad"),
     (jnp.bfloat16, (1, 32, 1100), 16, True, "seqpad"),
+    # the same through the channels-first shared-ids kernels (whole vectors of padding)
+    (jnp.bfloat16, (2, 40, 1104), 4, False, "seqpad"),
+    (jnp.float32, (1, 24, 1104), 7, False, "seqpad"),
 ]
 def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)

@@ -118,27 +118,33 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [2, 4, 5, 8, 12, 16])
-def test_rows_padding_groups(dtype, W):
-    """Channels-last rows with long padding runs (in the middle, at the
-    tail, a whole row): their groups of padding write zeros (plus the
-    residual) without computing; Inf and NaN in the padding leave every
-    output, dx and dweight as the CPU has them (finite outside)."""
+@pytest.mark.parametrize("cl", [False, True])
+def test_rows_padding_groups(dtype, W, cl):
+    """Long padding runs (in the middle, at the tail, a whole row): the
+    channels-last rows' groups of padding write zeros (plus the residual)
+    without computing, the channels-first shared-ids kernels mask them by
+    their words; Inf and NaN in the padding leave every output, dx and
+    dweight as the CPU has them (finite outside)."""
     rng = np.random.default_rng(W + 7)
-    B, D, L = 3, 64, 1100
-    x, w, b, init = inputs(rng, B, D, L, W, dtype, True)
+    B, D, L = 3, 64, 1104
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
     res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
     ids = np.repeat(np.arange(4), -(-L // 4))[None, :L].repeat(B, 0).astype(np.int32)
-    ids[:, 300:341] = -1          # padding in the middle (several groups)
+    ids[:, 260:400] = -1          # padding in the middle (several groups / vectors)
     ids[:, 1030:] = -1            # a padded tail
     ids[2] = -1                   # a row of padding only
     xn = np.array(x.astype(jnp.float32))
-    xn[0, 310, :] = np.inf        # non-finite inputs inside the padding
-    xn[1, 1050, :] = np.nan
+    if cl:
+        xn[0, 310, :] = np.inf    # non-finite inputs inside the padding
+        xn[1, 1050, :] = np.nan
+    else:
+        xn[0, :, 310] = np.inf
+        xn[1, :, 1050] = np.nan
     x = jnp.asarray(xn, x.dtype)
     sidx = jnp.asarray(ids)
     f = grads(lambda x, w, b, r, h: jcc.causal_conv1d(
         x, w, b, activation="silu", seq_idx=sidx, initial_states=h, return_final_states=True,
-        residual=r, channels_last=True, backend="ffi"), (0, 1, 2, 3, 4))
+        residual=r, channels_last=cl, backend="ffi"), (0, 1, 2, 3, 4))
     got, want = run(GPU, f, x, w, b, res, init), run(CPU, f, x, w, b, res, init)
     for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert np.array_equal(np.isfinite(g), np.isfinite(e))
