@@ -41,6 +41,26 @@ def test_the_table():
     assert not wins(cfg(SEQ_IDX, False), 1) and not wins(cfg(ROWS, True), 1)
 
 
+def test_the_small_seq_idx_forward():
+    # channels-first seq_idx at W <= 4, a forward nothing differentiates:
+    # XLA below 1024 blocks of the shared-ids forward (batch x ceil(dim / 32)
+    # x chunks of 1024 steps, 512 in float32); the kernel elsewhere
+    def wins(c, W, B, D, L, size=2, backward=False):
+        return gpu_kernel_wins(c, W, L, size, B, D, backward)
+    sq = cfg(SEQ_IDX, False)
+    assert [wins(sq, 4, 1, 32 * n, 1024) for n in (1023, 1024)] == [False, True]
+    assert [wins(sq, 4, 1, 32, 512 * n, 4) for n in (1023, 1024)] == [False, True]
+    assert [wins(sq, 4, 1, 32 * 1023 + 1, 1024)] == [True]  # a partial group of 32 channels counts
+    assert not wins(sq, 4, 1, 8192, 2048) and not wins(sq, 4, 32, 512, 1024)  # the measured cells
+    assert wins(sq, 4, 8, 4096, 4096) and [wins(sq, W, 1, 8192, 2048) for W in (2, 3, 5, 8)] == \
+        [False, False, True, True]
+    diff = ConvConfig(activation="silu", mode=SEQ_IDX, channels_last=False, states_channels_last=False,
+                      want_final=False, backend="auto", differentiated=True)
+    assert wins(diff, 4, 1, 8192, 2048) and wins(sq, 4, 1, 8192, 2048, backward=True)
+    assert wins(cfg(ROWS, False), 4, 1, 8192, 2048) and wins(cfg(SEQ_IDX, True), 4, 1, 2048, 8192)
+    assert wins(sq, 4, 0, 0, 2048)  # (shape unknown: the kernel)
+
+
 def test_the_cpu_table():
     def c(mode, cl, final=False, differentiated=False):
         return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
@@ -168,7 +188,12 @@ def test_gpu_auto_routes_and_ffi_insists():
     assert _kernel_calls(auto, x66, w32, s66) == 0 and _kernel_calls(ffi, x66, w32, s66) == 1
     np.testing.assert_allclose(jax.jit(auto)(x66, w32, s66), jax.jit(ffi)(x66, w32, s66), rtol=1e-5, atol=1e-5)
     assert _kernel_calls(auto, x, w32, s) == 1  # whole vectors at W = 32: the wide family
-    assert _kernel_calls(auto, x, w, s) == 1  # seq_idx at W = 4 takes the kernel
+    # seq_idx at W = 4, a forward alone on too few blocks: XLA, unless "ffi";
+    # in a training step (the forward kept) and at W = 5 the kernel
+    assert _kernel_calls(auto, x, w, s) == 0 and _kernel_calls(ffi, x, w, s) == 1
+    step = lambda x, w, s: jax.value_and_grad(lambda x: jnp.sum(auto(x, w, s) ** 2))(x)  # noqa: E731
+    assert _calls(step, x, w, s) == (1, 1)
+    assert _kernel_calls(auto, x, w32[:, :5], s) == 1
     xl = jnp.swapaxes(x, 1, 2)
     cl = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, channels_last=True)  # noqa: E731
     assert _kernel_calls(cl, xl, w32, s) == 1

@@ -8,14 +8,34 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .config import VARLEN
+from .config import SEQ_IDX, VARLEN
 
 
-def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int) -> bool:
+# Below this many blocks of the channels-first shared-ids forward (batch x
+# ceil(channels / 32) x chunks of 1024 steps, 512 in float32: under about
+# one wave of an H100's 132 SMs) a forward that nothing differentiates at
+# W <= 4 measured slower than XLA's (512 blocks: 1.09x and 1.27x its time;
+# 4,096 blocks: XLA 1.67x ours; docs/benchmarks.md, 2026-11-26 seventh
+# session). Between the two it was not measured.
+SEQ_IDX_FWD_MIN_BLOCKS = 1024
+
+
+def _seq_idx_forward_blocks(batch: int, dim: int, length: int, itemsize: int) -> int:
+    chunk = 512 if itemsize == 4 else 1024
+    return batch * -(-dim // 32) * -(-length // chunk)
+
+
+def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0, dim: int = 0,
+                    backward: bool = False) -> bool:
     """False where the XLA twin is faster on a GPU for this configuration
-    (x's rows of `length` steps of `itemsize`-byte elements)."""
+    (x: `batch` rows of `dim` channels of `length` steps of `itemsize`-byte
+    elements; 0: unknown)."""
     if width == 1:
         return False  # a per-channel scale: XLA fuses the forward into the backward
+    if (not cfg.channels_last and cfg.mode == SEQ_IDX and width <= 4 and not backward
+            and not cfg.differentiated and batch and dim
+            and _seq_idx_forward_blocks(batch, dim, length, itemsize) < SEQ_IDX_FWD_MIN_BLOCKS):
+        return False  # too few blocks of the shared-ids forward to fill the GPU
     if cfg.channels_last:
         return True  # the channels-last kernels beat XLA at every measured width
     if width > 16 and (cfg.mode == VARLEN or length % (16 // itemsize) != 0):
