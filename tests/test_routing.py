@@ -1,5 +1,7 @@
 """backend="auto" takes XLA's shifted sum in the cells where our kernel
-measured slower (routing.py: on a GPU; on the CPU a forward that nothing
+measured slower (routing.py: on a GPU W = 1, channels-first rows past 16
+that are not the wide family's, and a channels-first seq_idx forward alone
+at W <= 4 on too few blocks; on the CPU a forward that nothing
 differentiates at W <= 2 without states, and the whole op at W = 1
 channels-first in float32 / float64); "ffi" still insists on the kernel,
 and every other cell takes the kernel."""

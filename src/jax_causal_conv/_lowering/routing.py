@@ -1,7 +1,7 @@
 """Where ``backend="auto"`` takes XLA's shifted sum although our kernel
-exists: the cells in which the kernel measured slower than XLA at the large
-shapes (docs/benchmarks.md's GPU and CPU matrices; docs/performance-log.md
-says which cells and why). ``backend="ffi"`` still insists on the kernel.
+exists: the cells in which the kernel measured slower than XLA
+(docs/benchmarks.md's GPU and CPU matrices; docs/performance-log.md says
+which cells and why). ``backend="ffi"`` still insists on the kernel.
 Every other platform and cell takes the kernel."""
 
 from __future__ import annotations
