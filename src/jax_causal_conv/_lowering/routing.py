@@ -21,7 +21,9 @@ SEQ_IDX_FWD_MIN_BLOCKS = 1024
 
 
 def _seq_idx_forward_blocks(batch: int, dim: int, length: int, itemsize: int) -> int:
-    chunk = 512 if itemsize == 4 else 1024
+    # (cuda/stream_ids.cuh's IdStreamBlocks: 32 channels a block, a chunk of
+    # 32 lanes x 4 vectors of 16 bytes a span)
+    chunk = 32 * 4 * (16 // itemsize)
     return batch * -(-dim // 32) * -(-length // chunk)
 
 
@@ -32,12 +34,11 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
     elements; 0: unknown)."""
     if width == 1:
         return False  # a per-channel scale: XLA fuses the forward into the backward
-    if (not cfg.channels_last and cfg.mode == SEQ_IDX and width <= 4 and not backward
-            and not cfg.differentiated and batch and dim
-            and _seq_idx_forward_blocks(batch, dim, length, itemsize) < SEQ_IDX_FWD_MIN_BLOCKS):
-        return False  # too few blocks of the shared-ids forward to fill the GPU
     if cfg.channels_last:
         return True  # the channels-last kernels beat XLA at every measured width
+    if (cfg.mode == SEQ_IDX and width <= 4 and not backward and not cfg.differentiated and batch and dim
+            and _seq_idx_forward_blocks(batch, dim, length, itemsize) < SEQ_IDX_FWD_MIN_BLOCKS):
+        return False  # too few blocks of the shared-ids forward to fill the GPU
     if width > 16 and (cfg.mode == VARLEN or length % (16 // itemsize) != 0):
         return False  # not the wide family's rows (whole 16-byte vectors, rows or seq_idx): the tile family
     return True
