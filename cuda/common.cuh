@@ -50,17 +50,63 @@ __device__ __forceinline__ void LoadVec(const T* p, float (&out)[N]) {
   }
 }
 
+// --- 16-bit elements as words ------------------------------------------------
+__device__ __forceinline__ unsigned short Bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ unsigned short Bits(__half v) { return __half_as_ushort(v); }
+
+// Two 16-bit elements as one 32-bit word (first in the low half), as a
+// fragment or a staged row holds them.
+template <typename T>
+__device__ __forceinline__ unsigned PackBits(T first, T second) {
+  return unsigned(Bits(first)) | (unsigned(Bits(second)) << 16);
+}
+
+// Two floats as a pair of 16-bit T.
+template <typename T>
+__device__ __forceinline__ unsigned PackPair(float first, float second) {
+  return PackBits(FromF<T>(first), FromF<T>(second));
+}
+
+// One 16-, 8- or 4-byte store of words to global memory (p aligned), one
+// instruction (16 and 8 bytes written in PTX): a store of a uint4 is split
+// by the compiler into its fields, which it merges back only where it can
+// prove the address aligned (in the channels-last row kernels it could
+// not: element stores; docs/performance-log.md, 2026-11-26, eighth session).
+__device__ __forceinline__ void StoreWords(void* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(a), "r"(b), "r"(c), "r"(d));
+}
+__device__ __forceinline__ void StoreWords(void* p, uint32_t a, uint32_t b) {
+  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(a), "r"(b));
+}
+__device__ __forceinline__ void StoreWords(void* p, uint32_t a) { *static_cast<uint32_t*>(p) = a; }
+
+// N consecutive elements of global memory through 16-, 8- or 4-byte
+// stores (p must be aligned), the words built in registers.
 template <typename T, int N>
 __device__ __forceinline__ void StoreVec(T* p, const float (&v)[N]) {
   constexpr int kBytes = N * int(sizeof(T));
-  if constexpr (kBytes % 8 == 0) {
-    using V = typename std::conditional<kBytes % 16 == 0, uint4, uint2>::type;
-    V raw[kBytes / sizeof(V)];
-    T* e = reinterpret_cast<T*>(raw);
+  if constexpr (kBytes % 4 == 0) {
+    constexpr int kWords = kBytes / 4;
+    uint32_t w[kWords];
 #pragma unroll
-    for (int j = 0; j < N; ++j) e[j] = FromF<T>(v[j]);
+    for (int i = 0; i < kWords; ++i) {
+      if constexpr (sizeof(T) == 4) {
+        w[i] = __float_as_uint(v[i]);
+      } else {
+        w[i] = PackPair<T>(v[2 * i], v[2 * i + 1]);
+      }
+    }
+    uint32_t* q = reinterpret_cast<uint32_t*>(p);
+    if constexpr (kWords % 4 == 0) {
 #pragma unroll
-    for (int i = 0; i < int(kBytes / sizeof(V)); ++i) reinterpret_cast<V*>(p)[i] = raw[i];
+      for (int i = 0; i < kWords; i += 4) StoreWords(q + i, w[i], w[i + 1], w[i + 2], w[i + 3]);
+    } else if constexpr (kWords % 2 == 0) {
+#pragma unroll
+      for (int i = 0; i < kWords; i += 2) StoreWords(q + i, w[i], w[i + 1]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) StoreWords(q + i, w[i]);
+    }
   } else {
 #pragma unroll
     for (int j = 0; j < N; ++j) p[j] = FromF<T>(v[j]);

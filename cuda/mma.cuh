@@ -37,22 +37,6 @@ __device__ __forceinline__ void Mma16816(float (&c)[4], const unsigned (&a)[4], 
   }
 }
 
-__device__ __forceinline__ unsigned short Bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
-__device__ __forceinline__ unsigned short Bits(__half v) { return __half_as_ushort(v); }
-
-// Two 16-bit elements as one 32-bit word (first in the low half), as a
-// fragment or a staged row holds them.
-template <typename T>
-__device__ __forceinline__ unsigned PackBits(T first, T second) {
-  return unsigned(Bits(first)) | (unsigned(Bits(second)) << 16);
-}
-
-// Two floats as a pair of T.
-template <typename T>
-__device__ __forceinline__ unsigned PackPair(float first, float second) {
-  return PackBits(FromF<T>(first), FromF<T>(second));
-}
-
 // The floats of a pair of T.
 template <typename T>
 __device__ __forceinline__ void UnpackPair(unsigned u, float& first, float& second) {
