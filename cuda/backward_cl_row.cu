@@ -26,8 +26,13 @@ struct ClRowStage {
   static constexpr int kU = sizeof(T) >= 4 ? 4 : 8;
 };
 
+// (Blocks an SM asked of the compiler: at the bucket 12, 3 (168 registers,
+// no spill at 16-bit types; unbounded it took 2 blocks' share); elsewhere
+// unbounded (0): a bound of 1 let it take more registers at W 4 and 8 and
+// lose a block, measured slower; docs/performance-log.md, 2026-11-26,
+// eighth session.)
 template <typename T, int kW, ClMask kMask>
-__global__ void __launch_bounds__(kClX * kClY)
+__global__ void __launch_bounds__(kClX * kClY, kW == 12 ? 3 : 0)
     BwdClRowKernel(const ConvArgs a, int64_t nchunk, float* ws) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClBwdVec(sizeof(T), kW), U = ClRowStage<T>::kU;

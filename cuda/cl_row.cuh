@@ -7,11 +7,11 @@
 // kernels (1..8 exactly, then 12 and 16 with absent leading taps).
 //
 // seq_idx and varlen (kMasked): the block stages the ids of its steps once
-// (varlen: each step's sequence index, and the sequence's first step). At
-// W <= 8 with seq_idx (ClMask::kSeqIdx) a thread keeps the ids of its last
-// W steps in registers and masks each tap by a select; otherwise a step
-// whose last W - 1 ids equal its own (a running count) takes the plain
-// taps, the others the masked ones (MaskedClHistory).
+// (varlen: each step's sequence index, and the sequence's first step). With
+// seq_idx (ClMask::kSeqIdx) a thread keeps the ids of its last W steps in
+// registers and masks each tap by a select; with varlen a step whose last
+// W - 1 ids equal its own (a running count) takes the plain taps, the
+// others the masked ones (MaskedClHistory).
 #pragma once
 
 #include "common.cuh"
@@ -136,10 +136,11 @@ template <int kSteps, bool kMasked>
 using ClIdsOf = std::conditional_t<kMasked, ClIds<kSteps>, NoClIds>;
 
 // The sequence masks a row kernel compiles: none (one sequence per row);
-// seq_idx only, at W <= 8 (each tap's mask from a window of ids kept in
+// seq_idx only, every width (each tap's mask from a window of ids kept in
 // registers, a select per tap, no branch: the varlen history path's
-// registers stay out); or any mode, chosen at run time (varlen, and seq_idx
-// at the buckets 12 and 16).
+// registers stay out; at the buckets 12 and 16 it measured 2.6x faster in
+// the backward than kAny, docs/performance-log.md, 2026-11-26, eighth
+// session); or any mode, chosen at run time (varlen).
 enum class ClMask { kNone, kSeqIdx, kAny };
 
 template <int kW, typename F>
@@ -148,9 +149,7 @@ __host__ cudaError_t WithClMask(const ConvArgs& a, F&& f) {
   using S = std::integral_constant<ClMask, ClMask::kSeqIdx>;
   using A = std::integral_constant<ClMask, ClMask::kAny>;
   if (a.mode == SegmentMode::kRow) return f(N());
-  if constexpr (kW <= 8) {
-    if (a.mode == SegmentMode::kSeqIdx) return f(S());
-  }
+  if (a.mode == SegmentMode::kSeqIdx) return f(S());
   return f(A());
 }
 

@@ -13,8 +13,11 @@ namespace {
 
 constexpr int kStage = 8;        // steps per staged group
 
+// (Blocks an SM asked of the compiler: 4 at the bucket 12, where the
+// seq_idx instantiation otherwise took 3 blocks' share and measured slower;
+// elsewhere unbounded; docs/performance-log.md, 2026-11-26, eighth session.)
 template <typename T, int kW, ClMask kMask>
-__global__ void __launch_bounds__(kClX * kClY)
+__global__ void __launch_bounds__(kClX * kClY, kW == 12 ? 4 : 0)
     FwdClRowKernel(const ConvArgs a, int64_t nchunk) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
@@ -111,7 +114,8 @@ __global__ void __launch_bounds__(kClX * kClY)
       float acc = bias[c] + w[H][c] * xt[c];
       if constexpr (kIdsM) {  // (a select: an input of another sequence is never multiplied)
 #pragma unroll
-        for (int k = 0; k < H; ++k) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
+        for (int k = 0; k < H; ++k)
+          if (!kBucket || k >= pad) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
       } else if (clean) {
 #pragma unroll
         for (int k = 0; k < H; ++k)
