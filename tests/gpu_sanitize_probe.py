@@ -95,6 +95,8 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     # the same through the channels-first shared-ids kernels (whole vectors of padding)
     (jnp.bfloat16, (2, 40, 1104), 4, False, "seqpad"),
     (jnp.float32, (1, 24, 1104), 7, False, "seqpad"),
+    # channels-last rows' seq_idx by selects at a bucket width (12: a leading pad tap)
+    (jnp.float32, (1, 16, 1100), 10, True, "seqpad"),
 ]
 def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)

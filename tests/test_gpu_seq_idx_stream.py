@@ -83,11 +83,14 @@ def test_stream_seq_idx_edge_table(W):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("W", [2, 5, 8])
+@pytest.mark.parametrize("W", [2, 5, 8, 10, 14])
 @pytest.mark.parametrize("cl", [False, True])
 def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     """An Inf or NaN input stays in its own sequence: the next sequence's
-    outputs (and its dx, dweight) stay finite, as on the CPU."""
+    outputs (and its dx, dweight) stay finite, as on the CPU. An Inf inside
+    a sequence reaches only the W outputs that read it (W 10, 14: the
+    kernels' buckets of 12 and 16 taps, whose absent taps must not
+    multiply it)."""
     rng = np.random.default_rng(W)
     B, D, L = 1, 32 if cl else 20, 2056
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
@@ -97,6 +100,7 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     xn = np.array(x.astype(jnp.float32))
     if cl:  # (B, L, D) -> (B, D, L) views, to index time last below
         xn = np.swapaxes(xn, 1, 2)
+    xn[:, :, 500] = -np.inf                 # inside sequence 0
     xn[:, :, 999] = np.inf                  # last step of sequence 0
     xn[:, :, 1499] = np.nan                 # last step of sequence 1
     x = jnp.asarray(np.swapaxes(xn, 1, 2) if cl else xn, x.dtype)

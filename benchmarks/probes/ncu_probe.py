@@ -1,8 +1,8 @@
 """Probe: one launch of each kernel of interest, for Nsight Compute (GPU).
 
-`seq [W]` as the arguments: instead, the forward and the training step of
-W=4 (or W) channels-first and channels-last, dense and with seq_idx (8
-segments, a padded tail), (8, 4096, 4096) bf16; `wide`: the same at W=32
+`seq [W [f32]]` as the arguments: instead, the forward and the training
+step of W=4 (or W) channels-first and channels-last, dense and with seq_idx
+(8 segments, a padded tail), (8, 4096, 4096) bf16 (or float32); `wide`: the same at W=32
 (the wide families). From the repository root:
     PYTHONPATH=src:. ncu --kernel-name regex:'Stream|ClRow|UpdateVec|input_reduce_slice' \
         --section SpeedOfLight --section Occupancy --section LaunchStats \
@@ -31,6 +31,7 @@ def run(f, *args):
 if sys.argv[1:2] in (["seq"], ["wide"]):
     B, D, L = 8, 4096, 4096
     W = 32 if sys.argv[1] == "wide" else int(sys.argv[2]) if len(sys.argv) > 2 else 4
+    dt = jnp.float32 if sys.argv[3:4] == ["f32"] else dt
     ids = np.full((B, L), -1, np.int32)
     ids[:, : L * 95 // 100] = np.arange(L * 95 // 100) * 8 // (L * 95 // 100)
     sidx = jnp.asarray(ids)
