@@ -89,8 +89,7 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     """An Inf or NaN input stays in its own sequence: the next sequence's
     outputs (and its dx, dweight) stay finite, as on the CPU. An Inf inside
     a sequence reaches only the W outputs that read it (W 10, 14: the
-    kernels' buckets of 12 and 16 taps, whose absent taps must not
-    multiply it)."""
+    kernels' buckets of 12 and 16 taps, inside one sequence)."""
     rng = np.random.default_rng(W)
     B, D, L = 1, 32 if cl else 20, 2056
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
@@ -114,6 +113,37 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     assert np.isfinite(y[:, :, 1000:1499]).all() and np.isfinite(y[:, :, 1500:]).all()
     # dx of sequence 1 up to the outputs that read its NaN; none of sequence 0's Inf
     assert np.isfinite(dx[:, :, 1000:1500 - W]).all()
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.array_equal(np.isfinite(g), np.isfinite(e))
+        ok = np.isfinite(e)
+        assert rel_err(g[ok], e[ok]) <= REL[dtype]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [10, 14])
+@pytest.mark.parametrize("cl", [False, True])
+def test_bucket_absent_taps_nonfinite(dtype, W, cl):
+    """At W 10 and 14 the kernels run the buckets of 12 and 16 taps, whose
+    leading taps are absent (zero). An Inf at a sequence's first step lies
+    under those absent taps of outputs W and W + 1 steps later, in a group
+    whose window still reaches the sequence before (the masked steps): it
+    must not be multiplied there (0 * Inf), as on the CPU."""
+    rng = np.random.default_rng(W + 11)
+    B, D, L = 1, 32 if cl else 20, 2056
+    x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
+    ids = np.zeros((B, L), np.int32)
+    ids[:, 1000:] = 1
+    xn = np.array(x.astype(jnp.float32))
+    if cl:
+        xn = np.swapaxes(xn, 1, 2)
+    xn[:, :, 1000] = np.inf                 # first step of sequence 1
+    x = jnp.asarray(np.swapaxes(xn, 1, 2) if cl else xn, x.dtype)
+    sidx = jnp.asarray(ids)
+    f = grads(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
+                                                channels_last=cl, backend="ffi"), (0, 1, 2))
+    got, want = run(GPU, f, x, w, b), run(CPU, f, x, w, b)
+    y = np.swapaxes(got[0], 1, 2) if cl else got[0]
+    assert np.isfinite(y[:, :, 1000 + W:]).all()  # (the outputs past its reach)
     for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
         assert np.array_equal(np.isfinite(g), np.isfinite(e))
         ok = np.isfinite(e)
