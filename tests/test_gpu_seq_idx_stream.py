@@ -40,6 +40,30 @@ SHAPES = {False: [(2, 20, 2056), (1, 33, 1104), (3, 16, 520)],
           True: [(2, 64, 2056), (1, 40, 1104), (3, 16, 520)]}
 
 
+def with_steps(x, cl, values):
+    """x with every channel of the given time steps set ({step: value})."""
+    xn = np.array(x.astype(jnp.float32))
+    xt = np.swapaxes(xn, 1, 2) if cl else xn  # (a view, time last)
+    for t, v in values.items():
+        xt[:, :, t] = v
+    return jnp.asarray(xn, x.dtype)
+
+
+def seq_grads_vs_cpu(x, w, b, sidx, cl, dtype):
+    """y and the grads of x, w, b with seq_idx on the GPU against the CPU:
+    the same non-finite entries, the finite ones within REL. Returns the
+    GPU's (y, dx) with time last."""
+    f = grads(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
+                                                channels_last=cl, backend="ffi"), (0, 1, 2))
+    got, want = run(GPU, f, x, w, b), run(CPU, f, x, w, b)
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.array_equal(np.isfinite(g), np.isfinite(e))
+        ok = np.isfinite(e)
+        assert rel_err(g[ok], e[ok]) <= REL[dtype]
+    y, (dx, _, _) = got
+    return (np.swapaxes(y, 1, 2), np.swapaxes(dx, 1, 2)) if cl else (y, dx)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16])
 @pytest.mark.parametrize("cl", [False, True])
@@ -96,27 +120,13 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     ids = np.zeros((B, L), np.int32)
     ids[:, 1000:] = 1                       # a boundary near the bf16 chunk edge
     ids[:, 1500:] = 2
-    xn = np.array(x.astype(jnp.float32))
-    if cl:  # (B, L, D) -> (B, D, L) views, to index time last below
-        xn = np.swapaxes(xn, 1, 2)
-    xn[:, :, 500] = -np.inf                 # inside sequence 0
-    xn[:, :, 999] = np.inf                  # last step of sequence 0
-    xn[:, :, 1499] = np.nan                 # last step of sequence 1
-    x = jnp.asarray(np.swapaxes(xn, 1, 2) if cl else xn, x.dtype)
-    sidx = jnp.asarray(ids)
-    f = grads(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
-                                                channels_last=cl, backend="ffi"), (0, 1, 2))
-    got, want = run(GPU, f, x, w, b), run(CPU, f, x, w, b)
-    y, (dx, dw, db) = got
-    if cl:
-        y, dx = np.swapaxes(y, 1, 2), np.swapaxes(dx, 1, 2)
+    x = with_steps(x, cl, {500: -np.inf,     # inside sequence 0
+                           999: np.inf,      # last step of sequence 0
+                           1499: np.nan})    # last step of sequence 1
+    y, dx = seq_grads_vs_cpu(x, w, b, jnp.asarray(ids), cl, dtype)
     assert np.isfinite(y[:, :, 1000:1499]).all() and np.isfinite(y[:, :, 1500:]).all()
     # dx of sequence 1 up to the outputs that read its NaN; none of sequence 0's Inf
     assert np.isfinite(dx[:, :, 1000:1500 - W]).all()
-    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        assert np.array_equal(np.isfinite(g), np.isfinite(e))
-        ok = np.isfinite(e)
-        assert rel_err(g[ok], e[ok]) <= REL[dtype]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -133,21 +143,9 @@ def test_bucket_absent_taps_nonfinite(dtype, W, cl):
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
     ids = np.zeros((B, L), np.int32)
     ids[:, 1000:] = 1
-    xn = np.array(x.astype(jnp.float32))
-    if cl:
-        xn = np.swapaxes(xn, 1, 2)
-    xn[:, :, 1000] = np.inf                 # first step of sequence 1
-    x = jnp.asarray(np.swapaxes(xn, 1, 2) if cl else xn, x.dtype)
-    sidx = jnp.asarray(ids)
-    f = grads(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
-                                                channels_last=cl, backend="ffi"), (0, 1, 2))
-    got, want = run(GPU, f, x, w, b), run(CPU, f, x, w, b)
-    y = np.swapaxes(got[0], 1, 2) if cl else got[0]
+    x = with_steps(x, cl, {1000: np.inf})   # first step of sequence 1
+    y, _ = seq_grads_vs_cpu(x, w, b, jnp.asarray(ids), cl, dtype)
     assert np.isfinite(y[:, :, 1000 + W:]).all()  # (the outputs past its reach)
-    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        assert np.array_equal(np.isfinite(g), np.isfinite(e))
-        ok = np.isfinite(e)
-        assert rel_err(g[ok], e[ok]) <= REL[dtype]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
