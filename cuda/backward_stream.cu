@@ -177,6 +177,8 @@ __global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
   using Word = typename Masks::Word;
   __shared__ Word tap_words[kStreamWarps][Masks::kG][32], dx_words[kStreamWarps][V][32];
   uint32_t tap_plain, dx_plain;
+  float tap_share[IdTaps<kW>::kPerLane];
+  if constexpr (IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, pl.d0, lane, tap_share);
   {
     Masks m;
     LoadChunkMasks(a, b, c0, hist, lane, m);
@@ -189,6 +191,10 @@ __global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
   }
   const Word(&my_tap)[Masks::kG][32] = tap_words[threadIdx.x >> 5];
   const Word(&my_dx)[V][32] = dx_words[threadIdx.x >> 5];
+  __shared__ IdTaps<kW> taps[kStreamWarps];
+  IdTaps<kW>& my_taps = taps[threadIdx.x >> 5];
+  if constexpr (!IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, pl.d0, lane, tap_share);
+  StoreIdTaps(tap_share, lane, my_taps);
   const bool silu = a.act == Activation::kSilu;
   const int64_t part = b * spans_per_row + pl.span;  // (BwdStreamKernel's grp * nparts + partidx)
 
@@ -205,7 +211,7 @@ __global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
     LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, xr, dyr);
     PrefetchNextChannel<T, kW, true>(a, b, d, c0, S::kChunk, a.dy, lane);
     float w[kW];
-    const float bias = LoadStreamTaps<kW>(a, b, d, 0, w);
+    const float bias = IdChannelTaps(my_taps, ch, w);
     float sums[kW + 1] = {};  // partial dweight and dbias (index kW)
 
     // g of vector j (j == V: the vector after the chunk, lanes < kQ) and for
@@ -230,16 +236,17 @@ __global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
             sums[kW] += g[n];
           }
         }
-      } else {  // (padding outputs: g = 0 and no share)
+      } else {  // (padding outputs: g = 0 and no share; selects, no branch per output)
         const Word mj = my_tap[j][lane];
 #pragma unroll
         for (int n = 0; n < N; ++n) {
           const bool live = (mj >> (N * kH + n)) & 1;
-          g[n] = !live ? 0.f : silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
-          if (j < V && live) {
+          const float gv = silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
+          g[n] = live ? gv : 0.f;
+          if (j < V) {  // (a padding output's tap bits are clear: TapMaskWord)
 #pragma unroll
             for (int k = 0; k < kH; ++k) sums[k] = (mj >> (n * kH + k)) & 1 ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
-            sums[kH] += g[n] * win[kH + n];
+            sums[kH] = live ? fmaf(g[n], win[kH + n], sums[kH]) : sums[kH];
             sums[kW] += g[n];
           }
         }

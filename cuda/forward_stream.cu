@@ -130,8 +130,14 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
   const int32_t hist = HistoryId(a, b);
   const bool before = kQ > 0 && lane >= 32 - kQ;
   const int64_t t_before = c0 - (32 - lane) * N;
+  float tap_share[IdTaps<kW>::kPerLane];
+  if constexpr (IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, d0, lane, tap_share);
   ChunkMasks<N, kH, V, false> m;
   LoadChunkMasks(a, b, c0, hist, lane, m);
+  __shared__ IdTaps<kW> taps[kStreamWarps];
+  IdTaps<kW>& my_taps = taps[threadIdx.x >> 5];
+  if constexpr (!IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, d0, lane, tap_share);
+  StoreIdTaps(tap_share, lane, my_taps);
 
   const bool silu = a.act == Activation::kSilu;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -154,7 +160,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
     }
     PrefetchNextChannel<T, kW, false>(a, b, d, c0, S::kChunk, a.residual, lane);
     float w[kW];
-    const float bias = LoadStreamTaps<kW>(a, b, d, 0, w);
+    const float bias = IdChannelTaps(my_taps, ch, w);
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       float cur[N], h[kHs];
@@ -170,8 +176,10 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
       } else {
         const auto mj = m.tap[j];
 #pragma unroll
-        for (int n = 0; n < N; ++n)  // (padding: 0)
-          out[n] = (mj >> (N * kH + n)) & 1 ? Activate(MaskedTapSum<N, kH>(w, win, n, mj, bias), silu) : 0.f;
+        for (int n = 0; n < N; ++n) {  // (padding: 0, a select: no branch per output)
+          const float v = Activate(MaskedTapSum<N, kH>(w, win, n, mj, bias), silu);
+          out[n] = (mj >> (N * kH + n)) & 1 ? v : 0.f;
+        }
       }
       if (res) AddResidual<T, N>(rr[j], out);
       StoreVec<T, N>(yrow + p0, out);

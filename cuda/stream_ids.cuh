@@ -8,7 +8,8 @@
 // streaming pass channel after channel; a vector whose masks are not all
 // set, warp-wide, takes its taps through selects (an input of another
 // sequence is never multiplied). The ids are read once per kIdChannels
-// channels, and no id is held while the channels run.
+// channels, and no id is held while the channels run; the channels' taps
+// are read once too, into the warp's shared memory (IdTaps).
 #pragma once
 
 #include <type_traits>
@@ -64,6 +65,69 @@ __device__ __forceinline__ IdPlace LocateIdStream(const ConvArgs& a, int64_t spa
   return {b, d0, span, d0 < a.dim};
 }
 
+// The taps and bias of a warp's kIdChannels channels, loaded once before
+// the channels run (a few per lane, each converted from its dtype once):
+// the channel loop then reads them back from shared memory instead of
+// finding each channel's weight row and switching on the dtype per tap.
+// v[ch][k] = tap k of channel d0 + ch, v[ch][kW] its bias (0 past dim).
+template <int kW>
+struct alignas(16) IdTaps {
+  static constexpr int kStride = (kW + 1 + 3) / 4 * 4;  // whole 16-byte rows
+  static constexpr int kPerLane = (kIdChannels * (kW + 1) + 31) / 32;
+  float v[kIdChannels][kStride];
+};
+
+// Whether the kernels load their taps before the ids (their latency then
+// passes under the ids' loads, their registers held through the masks'
+// making) or after: measured per width and element size
+// (docs/performance-log.md, 2026-11-26, ninth session); after only at W = 8
+// with 16-bit elements, whose masks take the most registers.
+template <typename T>
+__host__ __device__ constexpr bool IdTapsEarly(int w) { return !(w == 8 && sizeof(T) == 2); }
+
+// This lane's share of the warp's taps (element lane + 32 r of the
+// channels' (kW + 1)-long rows); StoreIdTaps puts them in place.
+template <int kW>
+__device__ __forceinline__ void LoadIdTaps(const ConvArgs& a, int64_t b, int64_t d0, int lane,
+                                           float (&v)[IdTaps<kW>::kPerLane]) {
+  const int64_t wrow0 = WeightRow(a, b, d0);  // (channel d0 + ch: row wrow0 + ch)
+#pragma unroll
+  for (int r = 0; r < IdTaps<kW>::kPerLane; ++r) {
+    const int i = lane + 32 * r, ch = i / (kW + 1), k = i - ch * (kW + 1);
+    v[r] = 0.f;
+    if (ch < kIdChannels && d0 + ch < a.dim) {
+      const int64_t wrow = wrow0 + ch;
+      v[r] = k < kW ? LoadAnyF(a.weight, a.w_dtype, wrow * kW + k) : a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
+    }
+  }
+}
+
+// Every lane calls it (ends with __syncwarp).
+template <int kW>
+__device__ __forceinline__ void StoreIdTaps(const float (&v)[IdTaps<kW>::kPerLane], int lane, IdTaps<kW>& t) {
+#pragma unroll
+  for (int r = 0; r < IdTaps<kW>::kPerLane; ++r) {
+    const int i = lane + 32 * r, ch = i / (kW + 1), k = i - ch * (kW + 1);
+    if (ch < kIdChannels) t.v[ch][k] = v[r];
+  }
+  __syncwarp();
+}
+
+// Channel ch's taps (w) and bias (returned), by whole 16-byte reads.
+template <int kW>
+__device__ __forceinline__ float IdChannelTaps(const IdTaps<kW>& t, int ch, float (&w)[kW]) {
+  constexpr int S = IdTaps<kW>::kStride;
+  float row[S];
+#pragma unroll
+  for (int q = 0; q < S / 4; ++q) {
+    const float4 f = reinterpret_cast<const float4*>(t.v[ch])[q];
+    row[4 * q] = f.x, row[4 * q + 1] = f.y, row[4 * q + 2] = f.z, row[4 * q + 3] = f.w;
+  }
+#pragma unroll
+  for (int k = 0; k < kW; ++k) w[k] = row[k];
+  return row[kW];
+}
+
 // A vector's mask word: bit n kH + k for tap k < kH of output (or input) n,
 // bit N kH + n for output (input) n not padding; kAll: no bit masks.
 template <int N, int kH>
@@ -79,9 +143,9 @@ __device__ __forceinline__ void Opaque(uint32_t& v) { asm volatile("" : "+r"(v))
 __device__ __forceinline__ void Opaque(unsigned long long& v) { asm volatile("" : "+l"(v)); }
 
 // The taps' word of a vector with ids cur (steps p0 ..; prev: this lane's
-// vector before, for LeftHalo): bit n kH + k when the input tap k of output
-// n reads (step p0 + n - kH + k) has the output's id, bit N kH + n when
-// output n is not padding. Every lane calls it (shuffles).
+// vector before, for LeftHalo): bit n kH + k when output n is not padding
+// and the input its tap k reads (step p0 + n - kH + k) has its id, bit
+// N kH + n when output n is not padding. Every lane calls it (shuffles).
 template <int N, int kH>
 __device__ __forceinline__ typename IdMask<N, kH>::Word TapMaskWord(const int32_t (&cur)[N],
                                                                     const int32_t (&prev)[N], int lane) {
@@ -92,7 +156,8 @@ __device__ __forceinline__ typename IdMask<N, kH>::Word TapMaskWord(const int32_
 #pragma unroll
   for (int n = 0; n < N; ++n) {
 #pragma unroll
-    for (int k = 0; k < kH; ++k) m |= Word((n + k < kH ? h[n + k] : cur[n + k - kH]) == cur[n]) << (n * kH + k);
+    for (int k = 0; k < kH; ++k)
+      m |= Word(cur[n] >= 0 && (n + k < kH ? h[n + k] : cur[n + k - kH]) == cur[n]) << (n * kH + k);
     m |= Word(cur[n] >= 0) << (N * kH + n);
   }
   Opaque(m);
