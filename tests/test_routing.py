@@ -1,7 +1,7 @@
 """backend="auto" takes XLA's shifted sum in the cells where our kernel
 measured slower (routing.py: on a GPU W = 1, channels-first rows past 16
 that are not the wide family's, and a channels-first seq_idx forward alone
-at W <= 4 on too few blocks; on the CPU a forward that nothing
+at W <= 4 on too few blocks or at W = 2 in float32; on the CPU a forward that nothing
 differentiates at W <= 2 without states, and the whole op at W = 1
 channels-first in float32 / float64); "ffi" still insists on the kernel,
 and every other cell takes the kernel."""
@@ -61,6 +61,13 @@ def test_the_small_seq_idx_forward():
     assert wins(diff, 4, 1, 8192, 2048) and wins(sq, 4, 1, 8192, 2048, backward=True)
     assert wins(cfg(ROWS, False), 4, 1, 8192, 2048) and wins(cfg(SEQ_IDX, True), 4, 1, 2048, 8192)
     assert wins(sq, 4, 0, 0, 2048)  # (shape unknown: the kernel)
+    # float32 at W = 2: XLA for a forward alone at any size; the kernel when
+    # differentiated, for the backward, at W 3, in 16-bit types, channels-last
+    assert [wins(sq, W, 8, 4096, 4096, 4) for W in (2, 3, 4)] == [False, True, True]
+    assert not wins(sq, 2, 0, 0, 4096, 4)
+    assert wins(diff, 2, 8, 4096, 4096, 4) and wins(sq, 2, 8, 4096, 4096, 4, backward=True)
+    assert wins(sq, 2, 8, 4096, 4096, 2) and wins(cfg(SEQ_IDX, True), 2, 8, 4096, 4096, 4)
+    assert wins(cfg(ROWS, False), 2, 8, 4096, 4096, 4)
 
 
 def test_the_cpu_table():

@@ -19,6 +19,11 @@ from .config import SEQ_IDX, VARLEN
 # session). Between the two it was not measured.
 SEQ_IDX_FWD_MIN_BLOCKS = 1024
 
+# The channels-first seq_idx forward alone at W = 2 in float32 measured
+# behind XLA's at every block count (H100, (8, 4096, 4096): 370.8 µs device
+# against 364.7; docs/benchmarks.md, 2026-11-26 ninth session): XLA there.
+# (W = 3 and 4 in float32: the kernel ahead, 371 / 374 µs against 382 / 390.)
+
 
 def _seq_idx_forward_blocks(batch: int, dim: int, length: int, itemsize: int) -> int:
     # (cuda/stream_ids.cuh's IdStreamBlocks: 32 channels a block, a chunk of
@@ -39,6 +44,8 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
     if (cfg.mode == SEQ_IDX and width <= 4 and not backward and not cfg.differentiated and batch and dim
             and _seq_idx_forward_blocks(batch, dim, length, itemsize) < SEQ_IDX_FWD_MIN_BLOCKS):
         return False  # too few blocks of the shared-ids forward to fill the GPU
+    if cfg.mode == SEQ_IDX and width == 2 and itemsize == 4 and not backward and not cfg.differentiated:
+        return False  # float32 at W = 2: XLA's one fused pass measured ahead of the shared-ids forward
     if width > 16 and (cfg.mode == VARLEN or length % (16 // itemsize) != 0):
         return False  # not the wide family's rows (whole 16-byte vectors, rows or seq_idx): the tile family
     return True
