@@ -26,18 +26,12 @@ struct ClRowStage {
   static constexpr int kU = sizeof(T) >= 4 ? 4 : 8;
 };
 
-// (Blocks an SM asked of the compiler: at the bucket 12, 3 (168 registers,
-// no spill at 16-bit types; unbounded it took 2 blocks' share); elsewhere
-// unbounded (0): a bound of 1 let it take more registers at W 4 and 8 and
-// lose a block, measured slower; docs/performance-log.md, 2026-11-26,
-// eighth session.)
 template <typename T, int kW, ClMask kMask>
-__global__ void __launch_bounds__(kClX * kClY, kW == 12 ? 3 : 0)
+__global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
     BwdClRowKernel(const ConvArgs a, int64_t nchunk, float* ws) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClBwdVec(sizeof(T), kW), U = ClRowStage<T>::kU;
   constexpr int kThreadsPerBlock = kClX * kClY;
-  constexpr bool kBucket = kW > 8;
   using Raw = ChRaw<T, kV>;
   // stage[buffer][tensor: x, dy][step][thread]
   __shared__ Raw stage[2][2][U][kThreadsPerBlock];
@@ -136,7 +130,7 @@ __global__ void __launch_bounds__(kClX * kClY, kW == 12 ? 3 : 0)
         float pre = bias[c] + w[H][c] * xt[c];
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (!kBucket || k >= pad) pre += w[k][c] * tv[k];
+          if (TapPresent<kW>(k, pad)) pre += w[k][c] * tv[k];
         const bool act_silu = kAct == 0 ? silu : kAct == 2;
         // g = 0 where not live, by a bit mask: a select here becomes a
         // branch around the activation in every step
@@ -144,7 +138,7 @@ __global__ void __launch_bounds__(kClX * kClY, kW == 12 ? 3 : 0)
         if (sums) {  // (a padding step's inputs masked by bits: 0 * Inf would be NaN)
 #pragma unroll
           for (int k = 0; k < H; ++k)
-            if (!kBucket || k >= pad) dw[k][c] += g[c] * __int_as_float(__float_as_int(tv[k]) & live_bits);
+            if (TapPresent<kW>(k, pad)) dw[k][c] += g[c] * __int_as_float(__float_as_int(tv[k]) & live_bits);
           dw[H][c] += g[c] * __int_as_float(__float_as_int(xt[c]) & live_bits);
           dw[kW][c] += g[c];
         }
@@ -160,7 +154,7 @@ __global__ void __launch_bounds__(kClX * kClY, kW == 12 ? 3 : 0)
           float acc = 0.f;
 #pragma unroll
           for (int k = 0; k < kW; ++k) {
-            if (kBucket && k < pad) continue;
+            if (!TapPresent<kW>(k, pad)) continue;
             const float gv = k == 0 ? g[c] : gw[H - k][c];
             if constexpr (kIdsM) {
               acc += w[k][c] * (idw.Same(H - k, 0) ? gv : 0.f);

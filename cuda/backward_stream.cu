@@ -32,7 +32,6 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
-  constexpr bool kBucket = kW > 8;
   const StreamPlace pl = LocateStream(a, spans_per_row, chunks_per_span);
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
@@ -126,7 +125,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
             float acc = 0.f;
 #pragma unroll
             for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
-              if ((!kBucket || k >= pad) && (idr == nullptr || idr[n + kH - k] == idr[n]))
+              if (TapPresent<kW>(k, pad) && (idr == nullptr || idr[n + kH - k] == idr[n]))
                 acc += w[k] * gw[n + kH - k];
             dx[n] = idr == nullptr || idr[n] >= 0 ? acc : 0.f;
           }

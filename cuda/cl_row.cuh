@@ -38,6 +38,16 @@ __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
   return v * bytes_of_t >= 4 ? v : 4 / bytes_of_t;
 }
 
+// Blocks an SM asked of the compiler for the row kernels (0: unbounded).
+// At the bucket 12 the forward asks 4 (its seq_idx instantiation otherwise
+// took 3 blocks' share and measured slower) and the backward 3 (168
+// registers, no spill at 16-bit types; unbounded it took 2 blocks' share).
+// Elsewhere unbounded: a bound of 1 let the backward take more registers at
+// W 4 and 8 and lose a block, measured slower (docs/performance-log.md,
+// 2026-11-26, eighth session).
+__host__ __device__ constexpr int ClFwdMinBlocks(int kW) { return kW == 12 ? 4 : 0; }
+__host__ __device__ constexpr int ClBwdMinBlocks(int kW) { return kW == 12 ? 3 : 0; }
+
 // kV channels of one time step kept as loaded (raw T, one 4-, 8- or 16-byte
 // word): half the registers of floats for 16-bit types.
 template <typename T, int kV>

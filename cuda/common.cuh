@@ -220,6 +220,13 @@ __device__ __forceinline__ int64_t WeightRow(const ConvArgs& a, int64_t b, int64
   return (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
 }
 
+// Whether tap k of a kernel instantiated for kW taps is present at a width
+// W = kW - pad: widths up to 8 are exact instantiations (no absent tap);
+// the buckets 12 and 16 hold W in their last W taps, the first pad absent
+// (skipped, never multiplied: a NaN or Inf under them must not leak in).
+template <int kW>
+__host__ __device__ __forceinline__ constexpr bool TapPresent(int k, int pad) { return kW <= 8 || k >= pad; }
+
 // Ceil division for launch sizes.
 __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

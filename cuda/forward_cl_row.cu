@@ -13,16 +13,12 @@ namespace {
 
 constexpr int kStage = 8;        // steps per staged group
 
-// (Blocks an SM asked of the compiler: 4 at the bucket 12, where the
-// seq_idx instantiation otherwise took 3 blocks' share and measured slower;
-// elsewhere unbounded; docs/performance-log.md, 2026-11-26, eighth session.)
 template <typename T, int kW, ClMask kMask>
-__global__ void __launch_bounds__(kClX * kClY, kW == 12 ? 4 : 0)
+__global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
     FwdClRowKernel(const ConvArgs a, int64_t nchunk) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
   constexpr int kThreadsPerBlock = kClX * kClY;
-  constexpr bool kBucket = kW > 8;
   constexpr int kSteps = ClFwdSteps(kW), kBlockSteps = kClY * kSteps;
   // Whole groups unrolled (StepKind) past W = 4; at W <= 4 (words of 8
   // channels at 16-bit types) they measured slower than the step loop
@@ -115,15 +111,15 @@ __global__ void __launch_bounds__(kClX * kClY, kW == 12 ? 4 : 0)
       if constexpr (kIdsM) {  // (a select: an input of another sequence is never multiplied)
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (!kBucket || k >= pad) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
+          if (TapPresent<kW>(k, pad)) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
       } else if (clean) {
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (!kBucket || k >= pad) acc += w[k][c] * win[k][c];
+          if (TapPresent<kW>(k, pad)) acc += w[k][c] * win[k][c];
       } else if (live) {
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (!kBucket || k >= pad) {
+          if (TapPresent<kW>(k, pad)) {
             const float v = kM && ids.Id(tt - H + k) != id
                                 ? MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c) : win[k][c];
             acc += w[k][c] * v;

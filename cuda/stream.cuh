@@ -230,7 +230,7 @@ __device__ __forceinline__ void AddResidual(const uint4& raw, float (&out)[N]) {
 // win[i], output n's own id at idw[n + kW - 1]) only its own sequence's.
 template <int kW>
 __device__ __forceinline__ bool TapOn(int k, int n, int pad, const int32_t* idw) {
-  return (kW <= 8 || k >= pad) && (idw == nullptr || idw[n + k] == idw[n + kW - 1]);
+  return TapPresent<kW>(k, pad) && (idw == nullptr || idw[n + k] == idw[n + kW - 1]);
 }
 
 // acc + the taps of output n over the window win (win[n + k] is the input
