@@ -70,6 +70,27 @@ def test_the_small_seq_idx_forward():
     assert wins(cfg(ROWS, False), 2, 8, 4096, 4096, 4)
 
 
+def test_the_block_count_mirrors_the_kernels():
+    # routing.py counts the shared-ids forward's blocks with the kernels'
+    # constants written out (channels a block, steps a chunk): read them
+    # from the CUDA headers, so that changing one there fails here
+    import os
+    import re
+    from jax_causal_conv._lowering.routing import _seq_idx_forward_blocks
+    root = os.path.join(os.path.dirname(__file__), "..", "cuda")
+    if not os.path.isdir(root):
+        pytest.skip("no cuda/ sources beside the tests")
+    src = "".join(open(os.path.join(root, f)).read() for f in ("stream.cuh", "stream_ids.cuh"))
+    const = lambda name: int(re.search(rf"constexpr int {name} = (\d+);", src).group(1))  # noqa: E731
+    vecs = int(re.search(r"static constexpr int kVecs = (\d+);", src).group(1))
+    per_block = const("kStreamWarps") * const("kIdChannels")
+    for itemsize in (2, 4):
+        chunk = 32 * vecs * (16 // itemsize)
+        for B, D, L in [(1, per_block, chunk), (3, per_block + 1, chunk + 1), (2, 4096, 4096)]:
+            want = B * -(-D // per_block) * -(-L // chunk)
+            assert _seq_idx_forward_blocks(B, D, L, itemsize) == want
+
+
 def test_the_cpu_table():
     def c(mode, cl, final=False, differentiated=False):
         return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
