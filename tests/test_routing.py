@@ -6,6 +6,9 @@ differentiates at W <= 2 without states, and the whole op at W = 1
 channels-first in float32 / float64); "ffi" still insists on the kernel,
 and every other cell takes the kernel."""
 
+import os
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +17,7 @@ import pytest
 import jax_causal_conv as jcc
 from jax_causal_conv._lowering import targets
 from jax_causal_conv._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
-from jax_causal_conv._lowering.routing import cpu_kernel_wins, gpu_kernel_wins
+from jax_causal_conv._lowering.routing import _seq_idx_forward_blocks, cpu_kernel_wins, gpu_kernel_wins
 
 from gpu_support import DRY_RUN, GPU, MARKS
 
@@ -74,9 +77,6 @@ def test_the_block_count_mirrors_the_kernels():
     # routing.py counts the shared-ids forward's blocks with the kernels'
     # constants written out (channels a block, steps a chunk): read them
     # from the CUDA headers, so that changing one there fails here
-    import os
-    import re
-    from jax_causal_conv._lowering.routing import _seq_idx_forward_blocks
     root = os.path.join(os.path.dirname(__file__), "..", "cuda")
     if not os.path.isdir(root):
         pytest.skip("no cuda/ sources beside the tests")

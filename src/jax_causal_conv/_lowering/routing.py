@@ -20,8 +20,9 @@ from .config import SEQ_IDX, VARLEN
 SEQ_IDX_FWD_MIN_BLOCKS = 1024
 
 # The channels-first seq_idx forward alone at W = 2 in float32 measured
-# behind XLA's at every block count (H100, (8, 4096, 4096): 370.8 µs device
-# against 364.7; docs/benchmarks.md, 2026-11-26 ninth session): XLA there.
+# behind XLA's on an H100 at (8, 4096, 4096) (370.8 µs device against 364.7;
+# on an H200 level, 274.8 against 274.6; docs/benchmarks.md, 2026-11-26
+# ninth session); other sizes were not measured: XLA there at every size.
 # (W = 3 and 4 in float32: the kernel ahead, 371 / 374 µs against 382 / 390.)
 
 
