@@ -49,8 +49,8 @@ def rel_err(g, w):
 def check(f, args, dtype, what=""):
     """f on the GPU against f on the CPU: same shapes, every entry finite on
     both (a non-finite output fails: tests that expect some compare them
-    entry by entry, test_gpu_seq_idx_stream.py's same_entries), relative
-    error within REL[dtype]. Returns the GPU's outputs."""
+    entry by entry, same_entries below), relative error within REL[dtype].
+    Returns the GPU's outputs."""
     got, want = run(GPU, f, *args), run(CPU, f, *args)
     for i, (g, w) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(want))):
         assert g.shape == w.shape, (what, i)
@@ -58,6 +58,16 @@ def check(f, args, dtype, what=""):
         err = rel_err(g, w)
         assert err <= REL[dtype], f"{what} output {i}: rel err {err:.3g} > {REL[dtype]}"
     return got
+
+
+def same_entries(got, want, dtype):
+    """Every output alike, entry by entry: the same non-finite entries, the
+    finite ones within REL[dtype] (check's twin for outputs expected to
+    hold non-finite values)."""
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.array_equal(np.isfinite(g), np.isfinite(e))
+        ok = np.isfinite(e)
+        assert rel_err(g[ok], e[ok]) <= REL[dtype]
 
 
 def inputs(rng, B, D, L, W, dtype, cl, N=None):

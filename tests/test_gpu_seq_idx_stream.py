@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 import jax_causal_conv as jcc
 
-from gpu_support import CPU, GPU, MARKS, REL, check, grads, inputs, rel_err, run
+from gpu_support import CPU, GPU, MARKS, check, grads, inputs, run, same_entries
 
 pytestmark = MARKS
 
@@ -47,15 +47,6 @@ def with_steps(x, cl, values):
     for t, v in values.items():
         xt[:, :, t] = v
     return jnp.asarray(xn, x.dtype)
-
-
-def same_entries(got, want, dtype):
-    """Every output alike: the same non-finite entries, the finite ones
-    within REL[dtype]."""
-    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
-        assert np.array_equal(np.isfinite(g), np.isfinite(e))
-        ok = np.isfinite(e)
-        assert rel_err(g[ok], e[ok]) <= REL[dtype]
 
 
 def seq_grads_vs_cpu(x, w, b, sidx, cl, dtype):
