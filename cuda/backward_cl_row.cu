@@ -137,8 +137,8 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
         g[c] = __int_as_float(__float_as_int(ActGrad(pre, dr[c], act_silu)) & live_bits);
         if (sums) {  // (a padding step's inputs masked by bits: 0 * Inf would be NaN)
 #pragma unroll
-          for (int k = 0; k < H; ++k)
-            if (TapPresent<kW>(k, pad)) dw[k][c] += g[c] * __int_as_float(__float_as_int(tv[k]) & live_bits);
+          for (int k = 0; k < H; ++k)  // (an absent tap's slot is not written)
+            dw[k][c] += g[c] * __int_as_float(__float_as_int(tv[k]) & live_bits);
           dw[H][c] += g[c] * __int_as_float(__float_as_int(xt[c]) & live_bits);
           dw[kW][c] += g[c];
         }

@@ -145,6 +145,24 @@ def test_bucket_absent_taps_nonfinite(dtype, W, cl):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [10, 11, 13, 14])
+@pytest.mark.parametrize("cl", [False, True])
+def test_bucket_dense_nonfinite(dtype, W, cl):
+    """Dense rows at the bucket widths: an Inf and a NaN input, whose outputs
+    (and their g) turn non-finite, lie under the absent taps of the outputs
+    W .. 15 steps later (and of the inputs whose dx reads those g): y, dx,
+    dweight and dbias must have the CPU's non-finite entries and no other
+    (0 * Inf under an absent tap would spread NaN where the CPU has none)."""
+    rng = np.random.default_rng(W + 53)
+    B, D, L = 2, 32 if cl else 20, 2056
+    x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
+    x = with_steps(x, cl, {600: np.inf, 1023: np.nan, 1500: -np.inf})
+    f = grads(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", channels_last=cl, backend="ffi"),
+              (0, 1, 2))
+    same_entries(run(GPU, f, x, w, b), run(CPU, f, x, w, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [2, 4, 5, 8, 12, 16])
 @pytest.mark.parametrize("cl", [False, True])
 def test_rows_padding_groups(dtype, W, cl):
