@@ -142,16 +142,26 @@ struct IdMask {
 __device__ __forceinline__ void Opaque(uint32_t& v) { asm volatile("" : "+r"(v)); }
 __device__ __forceinline__ void Opaque(unsigned long long& v) { asm volatile("" : "+l"(v)); }
 
-// The taps' word of a vector with ids cur (steps p0 ..; prev: this lane's
-// vector before, for LeftHalo): bit n kH + k when output n is not padding
-// and the input its tap k reads (step p0 + n - kH + k) has its id, bit
-// N kH + n when output n is not padding. Every lane calls it (shuffles).
+// Whether a vector's window (its ids cur and the kH ids of the halo on
+// one side) holds one live id (W = 1: every id live): its word is kAll.
+template <int N, int kH>
+__device__ __forceinline__ bool OneLiveId(const int32_t (&cur)[N], const int32_t (&halo)[kH > 0 ? kH : 1]) {
+  bool one = cur[0] >= 0;
+#pragma unroll
+  for (int n = 1; n < N; ++n) one &= kH == 0 ? cur[n] >= 0 : cur[n] == cur[0];
+#pragma unroll
+  for (int i = 0; i < kH; ++i) one &= halo[i] == cur[0];
+  return one;
+}
+
+// The taps' word of a vector with ids cur (steps p0 ..; h[i]: the id of step
+// p0 - kH + i, LeftHalo's): bit n kH + k when output n is not padding and
+// the input its tap k reads (step p0 + n - kH + k) has its id, bit N kH + n
+// when output n is not padding.
 template <int N, int kH>
 __device__ __forceinline__ typename IdMask<N, kH>::Word TapMaskWord(const int32_t (&cur)[N],
-                                                                    const int32_t (&prev)[N], int lane) {
+                                                                    const int32_t (&h)[kH > 0 ? kH : 1]) {
   using Word = typename IdMask<N, kH>::Word;
-  int32_t h[kH > 0 ? kH : 1];  // h[i]: the id of step p0 - kH + i
-  LeftHalo<N, kH>(cur, prev, lane, h);
   Word m = 0;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
@@ -164,16 +174,14 @@ __device__ __forceinline__ typename IdMask<N, kH>::Word TapMaskWord(const int32_
   return m;
 }
 
-// The dx word of a vector with ids cur (next: this lane's vector after, for
-// RightHalo): bit n kH + k (k < kH) when the output whose tap k reads input
-// n (step p0 + n + kH - k) has input n's id, bit N kH + n when input n is
-// not padding (its dx is 0). Every lane calls it.
+// The dx word of a vector with ids cur (r[m]: the id of step p0 + N + m,
+// RightHalo's): bit n kH + k (k < kH) when the output whose tap k reads
+// input n (step p0 + n + kH - k) has input n's id, bit N kH + n when input n
+// is not padding (its dx is 0).
 template <int N, int kH>
 __device__ __forceinline__ typename IdMask<N, kH>::Word DxMaskWord(const int32_t (&cur)[N],
-                                                                   const int32_t (&next)[N], int lane) {
+                                                                   const int32_t (&r)[kH > 0 ? kH : 1]) {
   using Word = typename IdMask<N, kH>::Word;
-  int32_t r[kH > 0 ? kH : 1];  // r[m]: the id of step p0 + N + m
-  RightHalo<N, kH>(cur, next, lane, r);
   Word m = 0;
 #pragma unroll
   for (int n = 0; n < N; ++n) {
@@ -214,12 +222,22 @@ __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int
     const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
     const bool dead = p0 >= a.len || (j == V && lane >= kQ);
     if (j + 1 < kG) LoadStreamIds<N>(a, b, p0 + 32 * N, hist, j + 1 < V || lane < kQ, next);
-    m.tap[j] = TapMaskWord<N, kH>(cur, prev, lane);
-    if (__all_sync(kFullMask, dead || m.tap[j] == M::kAll)) m.tap_plain |= 1u << j;
+    // (a warp step whose windows all hold one live id skips the words: its
+    // word would be kAll on every lane, and no one reads it)
+    int32_t h[kH > 0 ? kH : 1];
+    LeftHalo<N, kH>(cur, prev, lane, h);
+    if (__all_sync(kFullMask, dead || OneLiveId<N, kH>(cur, h)))
+      m.tap[j] = M::kAll, m.tap_plain |= 1u << j;
+    else
+      m.tap[j] = TapMaskWord<N, kH>(cur, h);
     if constexpr (kDx) {
       if (j < V) {
-        m.dx[j] = DxMaskWord<N, kH>(cur, next, lane);
-        if (__all_sync(kFullMask, dead || m.dx[j] == M::kAll)) m.dx_plain |= 1u << j;
+        int32_t r[kH > 0 ? kH : 1];
+        RightHalo<N, kH>(cur, next, lane, r);
+        if (__all_sync(kFullMask, dead || OneLiveId<N, kH>(cur, r)))
+          m.dx[j] = M::kAll, m.dx_plain |= 1u << j;
+        else
+          m.dx[j] = DxMaskWord<N, kH>(cur, r);
       }
     }
     if (j + 1 < kG) {
