@@ -148,16 +148,26 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
   }
 }
 
+// The kernel's static shared memory: the warps' mask words (each lane
+// reads back only its own: no barrier) and taps.
+template <typename T, int kW>
+struct BwdIdsShared {
+  using Masks = ChunkMasks<Stream<T>::kN, kW - 1, Stream<T>::kVecs, true>;
+  typename Masks::Word tap[kStreamWarps][Masks::kG][32], dx[kStreamWarps][Stream<T>::kVecs][32];
+  IdTaps<kW> taps[kStreamWarps];
+};
+
 // seq_idx at W <= 8 with the ids shared by kIdChannels channels a warp
 // (stream_ids.cuh): the mask words of one chunk (a span is one chunk) are made
 // once; then each channel runs BwdStreamKernel's pass, a warp step whose
 // words are not all set through selects, and writes its partial
 // dweight/dbias to ws as BwdStreamKernel does.
-// (Blocks an SM asked of the compiler, BwdIdsMinBlocks: unbounded it takes
-// all 255 registers at some widths, for 2 blocks; at 4 (128 registers)
-// nothing spills.)
+// Each channel's chunk is staged (BackwardStage, cp.async) while the
+// channel before it runs.
+// (Blocks an SM asked of the compiler: the staging buffers leave room for
+// 4 (unbounded it takes all 255 registers at some widths, for 2 blocks).)
 template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
+__global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
@@ -170,28 +180,40 @@ __global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
   const int32_t hist = HistoryId(a, b);
   const bool before = kQ > 0 && lane >= 32 - kQ;
   const int64_t t_before = c0 - (32 - lane) * N;
-  // The words wait in shared memory while the channels run (each lane
-  // reads back only its own: no barrier), plain bits in registers.
-  using Masks = ChunkMasks<N, kH, V, true>;
+  const int warp = threadIdx.x >> 5;
+  // Channel ch's chunk is copied into the warp's staging buffer ch % 2
+  // (dynamic shared memory: 2 BackwardStage a warp); channel 0's while the
+  // masks are made.
+  extern __shared__ uint4 stage_mem[];
+  BackwardStage<T>* stages = reinterpret_cast<BackwardStage<T>*>(stage_mem) + 2 * warp;
+  auto stage = [&](int ch) {
+    const int64_t d = pl.d0 + ch;
+    StageBackwardChunk<T, kQ>(a, static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0),
+                              static_cast<const T*>(a.dy) + a.io_layout().At(b, d, 0), b, d, c0, lane, before,
+                              t_before, stages[ch & 1]);
+  };
+  stage(0);
+  // The words wait in shared memory while the channels run, plain bits in
+  // registers.
+  using Sh = BwdIdsShared<T, kW>;
+  using Masks = typename Sh::Masks;
   using Word = typename Masks::Word;
-  __shared__ Word tap_words[kStreamWarps][Masks::kG][32], dx_words[kStreamWarps][V][32];
+  __shared__ Sh sh;
   uint32_t tap_plain, dx_plain;
   float tap_share[IdTaps<kW>::kPerLane];
   if constexpr (IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, pl.d0, lane, tap_share);
   {
     Masks m;
     LoadChunkMasks(a, b, c0, hist, lane, m);
-    const int warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int j = 0; j < Masks::kG; ++j) tap_words[warp][j][lane] = m.tap[j];
+    for (int j = 0; j < Masks::kG; ++j) sh.tap[warp][j][lane] = m.tap[j];
 #pragma unroll
-    for (int j = 0; j < V; ++j) dx_words[warp][j][lane] = m.dx[j];
+    for (int j = 0; j < V; ++j) sh.dx[warp][j][lane] = m.dx[j];
     tap_plain = m.tap_plain, dx_plain = m.dx_plain;
   }
-  const Word(&my_tap)[Masks::kG][32] = tap_words[threadIdx.x >> 5];
-  const Word(&my_dx)[V][32] = dx_words[threadIdx.x >> 5];
-  __shared__ IdTaps<kW> taps[kStreamWarps];
-  IdTaps<kW>& my_taps = taps[threadIdx.x >> 5];
+  const Word(&my_tap)[Masks::kG][32] = sh.tap[warp];
+  const Word(&my_dx)[V][32] = sh.dx[warp];
+  IdTaps<kW>& my_taps = sh.taps[warp];
   if constexpr (!IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, pl.d0, lane, tap_share);
   StoreIdTaps(tap_share, lane, my_taps);
   const bool silu = a.act == Activation::kSilu;
@@ -201,14 +223,15 @@ __global__ void __launch_bounds__(kStreamThreads, BwdIdsMinBlocks(kW))
   for (int ch = 0; ch < kIdChannels; ++ch) {
     const int64_t d = pl.d0 + ch;
     if (d >= a.dim) break;  // (warp-uniform)
-    const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
-    const int64_t row = a.io_layout().At(b, d, 0);
-    const T* dyrow = static_cast<const T*>(a.dy) + row;
-    T* dxrow = static_cast<T*>(a.dx) + row;
-    // All loads first, as BwdStreamKernel's.
+    T* dxrow = static_cast<T*>(a.dx) + a.io_layout().At(b, d, 0);
     uint4 xr[V + 2], dyr[V + 1];
-    LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, xr, dyr);
-    PrefetchNextChannel<T, kW, true>(a, b, d, c0, S::kChunk, a.dy, lane);
+    if (ch + 1 < kIdChannels && d + 1 < a.dim) {
+      stage(ch + 1);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    UnstageBackwardChunk<T, kQ>(stages[ch & 1], lane, xr, dyr);
     float w[kW];
     const float bias = IdChannelTaps(my_taps, ch, w);
     float sums[kW + 1] = {};  // partial dweight and dbias (index kW)
@@ -290,7 +313,8 @@ cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws,
   if (a.mode != SegmentMode::kSeqIdx)
     BwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
   else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets; the plan gave one chunk a span)
-    BwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(a, p.nchunk, ws);
+    return LaunchWithSmem(BwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, p.nchunk), kStreamThreads,
+                          2 * kStreamWarps * sizeof(BackwardStage<T>), sizeof(BwdIdsShared<T, kW>), stream, a, p.nchunk, ws);
   else
     BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
   return cudaGetLastError();

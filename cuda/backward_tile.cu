@@ -229,7 +229,7 @@ cudaError_t LaunchBwdTile(const ConvArgs& a, const BackwardPlan& p, float* ws, c
   const BwdTileSmem L(int(a.width));
   const size_t smem = L.Bytes();
   const int64_t nblocks = a.batch * CeilDiv(a.dim, kTileC) * p.nchunk;
-  return LaunchWithSmem(BwdTileKernel<T>, Min64(nblocks, int64_t(1) << 30), kTileThreads, smem, stream, a,
+  return LaunchWithSmem(BwdTileKernel<T>, Min64(nblocks, int64_t(1) << 30), kTileThreads, smem, 0, stream, a,
                         p.ntiles, p.tiles_per_chunk, nblocks, ws);
 }
 

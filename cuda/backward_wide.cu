@@ -73,7 +73,7 @@ cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStr
   const bool masked = a.mode == SegmentMode::kSeqIdx;
   const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), true, masked, int(sizeof(T))).words * 4;
   return LaunchWithSmem(masked ? BwdWideKernel<T, true> : BwdWideKernel<T, false>,
-                        StreamBlocks(a, p.nchunk), kStreamThreads, smem, stream, a, p.nchunk, ws);
+                        StreamBlocks(a, p.nchunk), kStreamThreads, smem, 0, stream, a, p.nchunk, ws);
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStr
   const bool masked = a.mode == SegmentMode::kSeqIdx;
   const size_t smem = size_t(WideClSmem(int(a.width), true, masked, int(sizeof(T))).words) * 4;
   return LaunchWithSmem(masked ? BwdWideClKernel<T, true> : BwdWideClKernel<T, false>,
-                        WideClBlocks(a, p.nchunk), kWideClThreads, smem, stream, a, p.nchunk, ws);
+                        WideClBlocks(a, p.nchunk), kWideClThreads, smem, 0, stream, a, p.nchunk, ws);
 }
 
 }  // namespace

@@ -230,11 +230,13 @@ __host__ __device__ __forceinline__ constexpr bool TapPresent(int k, int pad) { 
 // Ceil division for launch sizes.
 __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Launch of a family kernel with `smem` bytes of dynamic shared memory.
+// Launch of a family kernel with `smem` bytes of dynamic shared memory
+// beside `static_smem` bytes of its own (past 48 KiB together, the kernel's
+// limit is raised first; per launch: the setting is per device).
 template <typename Kernel, typename... Args>
-cudaError_t LaunchWithSmem(Kernel* kernel, int64_t blocks, dim3 threads, size_t smem, cudaStream_t stream,
-                           Args... args) {
-  if (smem > 48 * 1024) {
+cudaError_t LaunchWithSmem(Kernel* kernel, int64_t blocks, dim3 threads, size_t smem, size_t static_smem,
+                           cudaStream_t stream, Args... args) {
+  if (smem + static_smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
   }

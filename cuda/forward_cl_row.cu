@@ -196,7 +196,7 @@ cudaError_t Launch(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
   const size_t smem = size_t(2) * (a.residual ? 2 : 1) * kStage * kClX * kClY * kV * sizeof(T);
   return WithClMask<kW>(a, [&](auto mask) {
     return LaunchWithSmem(FwdClRowKernel<T, kW, decltype(mask)::value>, ClBlocks(a.batch, nchunk, a.dim, kV),
-                          dim3(kClX, kClY), smem, stream, a, nchunk);
+                          dim3(kClX, kClY), smem, 0, stream, a, nchunk);
   });
 }
 

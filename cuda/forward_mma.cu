@@ -139,7 +139,7 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
   return WithKSteps(int(a.width), [&](auto nk) {
     constexpr int kNK = decltype(nk)::value;
     return LaunchWithSmem(masked ? FwdMmaKernel<T, kNK, true> : FwdMmaKernel<T, kNK, false>,
-                          StreamBlocks(a, spans_per_row), kStreamThreads, smem, stream, a, spans_per_row);
+                          StreamBlocks(a, spans_per_row), kStreamThreads, smem, 0, stream, a, spans_per_row);
   });
 }
 

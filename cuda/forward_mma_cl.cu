@@ -169,11 +169,11 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
     if constexpr (kNK <= 3) {
       if (a.dim % 16 == 0 && !masked)
         return LaunchWithSmem(FwdMmaClKernel<T, kNK, 16, false>, WideClBlocks<16>(a, spans_per_row), 32 * 16,
-                              size_t(MmaClSmem<16>(W, int(sizeof(T)), false).bytes), stream, a, spans_per_row);
+                              size_t(MmaClSmem<16>(W, int(sizeof(T)), false).bytes), 0, stream, a, spans_per_row);
     }
     return LaunchWithSmem(masked ? FwdMmaClKernel<T, kNK, kWideClCh, true> : FwdMmaClKernel<T, kNK, kWideClCh, false>,
                           WideClBlocks(a, spans_per_row), kWideClThreads,
-                          size_t(MmaClSmem<kWideClCh>(W, int(sizeof(T)), masked).bytes), stream, a,
+                          size_t(MmaClSmem<kWideClCh>(W, int(sizeof(T)), masked).bytes), 0, stream, a,
                           spans_per_row);
   });
 }

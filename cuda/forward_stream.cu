@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
       xr[j + 1] = t < L ? LoadRaw16(xrow + t) : zero;
       rr[j] = res && t < L ? LoadRaw16(res + t) : zero;
     }
-    PrefetchNextChannel<T, kW, false>(a, b, d, c0, S::kChunk, a.residual, lane);
+    PrefetchNextChannel<T, kW>(a, b, d, c0, S::kChunk, a.residual, lane);
     float w[kW];
     const float bias = IdChannelTaps(my_taps, ch, w);
 #pragma unroll

@@ -95,7 +95,7 @@ cudaError_t LaunchFwdTile(const ConvArgs& a, cudaStream_t stream) {
   const int64_t ntiles = CeilDiv(a.len, kTileT);
   const int64_t nblocks = a.batch * CeilDiv(a.dim, kTileC) * ntiles;
   const size_t smem = TileSmemBytes(kTileT + int(a.width) - 1, 1, int(a.width));
-  return LaunchWithSmem(FwdTileKernel<T>, Min64(nblocks, int64_t(1) << 30), kTileThreads, smem, stream, a,
+  return LaunchWithSmem(FwdTileKernel<T>, Min64(nblocks, int64_t(1) << 30), kTileThreads, smem, 0, stream, a,
                         ntiles, nblocks);
 }
 

@@ -66,7 +66,7 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
   const bool masked = a.mode == SegmentMode::kSeqIdx;
   const size_t smem = size_t(kWideWarps) * WideSmem(int(a.width), false, masked, int(sizeof(T))).words * 4;
   return LaunchWithSmem(masked ? FwdWideKernel<T, true> : FwdWideKernel<T, false>,
-                        StreamBlocks(a, spans_per_row), kStreamThreads, smem, stream, a, spans_per_row);
+                        StreamBlocks(a, spans_per_row), kStreamThreads, smem, 0, stream, a, spans_per_row);
 }
 
 }  // namespace

@@ -60,7 +60,7 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
   const bool masked = a.mode == SegmentMode::kSeqIdx;
   const size_t smem = size_t(WideClSmem(int(a.width), false, masked, int(sizeof(T))).words) * 4;
   return LaunchWithSmem(masked ? FwdWideClKernel<T, true> : FwdWideClKernel<T, false>,
-                        WideClBlocks(a, spans_per_row), kWideClThreads, smem, stream, a, spans_per_row);
+                        WideClBlocks(a, spans_per_row), kWideClThreads, smem, 0, stream, a, spans_per_row);
 }
 
 }  // namespace

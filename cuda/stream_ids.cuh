@@ -14,6 +14,7 @@
 
 #include <type_traits>
 
+#include "cp_async.cuh"
 #include "stream.cuh"
 
 namespace jcc::cuda {
@@ -21,24 +22,22 @@ namespace jcc::cuda {
 // (8 measured faster than 4, and 4 than 2: docs/performance-log.md, 2026-11-26)
 constexpr int kIdChannels = 8;
 
-// Whether a warp asks L2 for its next channel's chunk (PrefetchL2) while
-// it works on this one (the channels run one after another, each one's
-// loads waited for before its sums), and the blocks an SM the backward
-// asks of the compiler (5 spill a few words from W = 4, more from W = 6).
-// Both measured per width (docs/performance-log.md, 2026-11-26, fourth
-// session); W 6, 7 take their neighbours' choice.
-__host__ __device__ constexpr bool IdPrefetch(int w, bool backward) { return backward ? w <= 5 : w >= 5; }
-__host__ __device__ constexpr int BwdIdsMinBlocks(int w) { return w >= 3 && w <= 5 ? 5 : 4; }
+// Whether the forward's warp asks L2 for its next channel's chunk
+// (PrefetchL2) while it works on this one (the channels run one after
+// another, each one's loads waited for before its sums): measured per width
+// (docs/performance-log.md, 2026-11-26, fourth session). The backward stages
+// its next channel in shared memory instead (BackwardStage).
+__host__ __device__ constexpr bool IdPrefetch(int w) { return w >= 5; }
 
-// The chunk of channel d + 1 from c0 (x and a second tensor: dy or the
-// residual, if any) asked of L2, for the kernels' channel loop.
-template <typename T, int kW, bool kBackward>
+// The chunk of channel d + 1 from c0 (x and the residual, if any) asked of
+// L2, for the forward's channel loop.
+template <typename T, int kW>
 __device__ __forceinline__ void PrefetchNextChannel(const ConvArgs& a, int64_t b, int64_t d, int64_t c0,
-                                                    int64_t chunk, const void* second, int lane) {
-  if (!IdPrefetch(kW, kBackward) || d + 1 >= a.dim) return;
+                                                    int64_t chunk, const void* residual, int lane) {
+  if (!IdPrefetch(kW) || d + 1 >= a.dim) return;
   const uint32_t bytes = uint32_t(Min64(chunk, a.len - c0) * int64_t(sizeof(T)));
   PrefetchL2(static_cast<const T*>(a.x) + a.x_layout().At(b, d + 1, 0) + c0, bytes, lane);
-  if (second) PrefetchL2(static_cast<const T*>(second) + a.io_layout().At(b, d + 1, 0) + c0, bytes, lane);
+  if (residual) PrefetchL2(static_cast<const T*>(residual) + a.io_layout().At(b, d + 1, 0) + c0, bytes, lane);
 }
 
 __host__ __device__ __forceinline__ int64_t IdGroupsPerRow(int64_t dim) {
@@ -47,6 +46,60 @@ __host__ __device__ __forceinline__ int64_t IdGroupsPerRow(int64_t dim) {
 
 __host__ __device__ __forceinline__ int64_t IdStreamBlocks(const ConvArgs& a, int64_t spans_per_row) {
   return a.batch * IdGroupsPerRow(a.dim) * spans_per_row;
+}
+
+// The backward's staging slots of one warp for one channel's chunk
+// (LoadBackwardChunk's vectors, copied by cp.async while the warp works on
+// the channel before): x[j] and dy[j] for the chunk's vectors j < V, dy[V]
+// the vector after the chunk (lanes < kQ), x[V] the edge vector: before the
+// chunk for the lanes >= 32 - kQ, after it for the lanes < kQ. Each lane
+// writes and reads only its own column (no barrier).
+template <typename T>
+struct BackwardStage {
+  static constexpr int V = Stream<T>::kVecs;
+  uint4 x[V + 1][32], dy[V + 1][32];
+};
+
+// Issues (and commits as one group) the copies of channel row xrow / dyrow's
+// chunk at c0 into s; a vector before step 0 (initial states or zeros) is
+// stored directly.
+template <typename T, int kQ>
+__device__ __forceinline__ void StageBackwardChunk(const ConvArgs& a, const T* xrow, const T* dyrow, int64_t b,
+                                                   int64_t d, int64_t c0, int lane, bool before,
+                                                   int64_t t_before, BackwardStage<T>& s) {
+  constexpr int N = Stream<T>::kN, V = Stream<T>::kVecs;
+  static_assert(2 * kQ <= 32, "the edge slot serves the lanes before and after apart");
+#pragma unroll
+  for (int j = 0; j <= V; ++j) {
+    const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+    const bool ok = t < a.len && (j < V || lane < kQ);
+    if (j < V) CpAsync<16>(&s.x[j][lane], ok ? xrow + t : xrow, ok);
+    CpAsync<16>(&s.dy[j][lane], ok ? dyrow + t : dyrow, ok);
+    if (j == V && !before) CpAsync<16>(&s.x[V][lane], ok ? xrow + t : xrow, ok);
+  }
+  if (before) {
+    if (t_before >= 0)
+      CpAsync<16>(&s.x[V][lane], xrow + t_before, true);
+    else
+      s.x[V][lane] = LoadVectorBefore<T>(a, xrow, b, d, t_before);
+  }
+  CpAsyncCommit();
+}
+
+// LoadBackwardChunk's xr and dyr from the staged slots (their copies
+// waited for).
+template <typename T, int kQ>
+__device__ __forceinline__ void UnstageBackwardChunk(const BackwardStage<T>& s, int lane,
+                                                     uint4 (&xr)[Stream<T>::kVecs + 2],
+                                                     uint4 (&dyr)[Stream<T>::kVecs + 1]) {
+  constexpr int V = Stream<T>::kVecs;
+  const uint4 zero = make_uint4(0, 0, 0, 0), edge = s.x[V][lane];
+  xr[0] = kQ > 0 && lane >= 32 - kQ ? edge : zero;
+#pragma unroll
+  for (int j = 0; j < V; ++j) xr[j + 1] = s.x[j][lane];
+  xr[V + 1] = lane < kQ ? edge : zero;
+#pragma unroll
+  for (int j = 0; j <= V; ++j) dyr[j] = s.dy[j][lane];
 }
 
 // Where a warp of these kernels works: batch row b, channels d0 ..
