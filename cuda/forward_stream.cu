@@ -130,6 +130,17 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
   const int32_t hist = HistoryId(a, b);
   const bool before = kQ > 0 && lane >= 32 - kQ;
   const int64_t t_before = c0 - (32 - lane) * N;
+  // Channel ch's x chunk is copied into the warp's staging buffer ch % 2
+  // (dynamic shared memory: 2 ForwardStage a warp); channel 0's while the
+  // masks are made.
+  extern __shared__ uint4 stage_mem[];
+  ForwardStage<T>* stages = reinterpret_cast<ForwardStage<T>*>(stage_mem) + 2 * (threadIdx.x >> 5);
+  auto stage = [&](int ch) {
+    const int64_t d = d0 + ch;
+    StageForwardChunk<T>(a, static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0), b, d, c0, lane, before,
+                         t_before, stages[ch & 1]);
+  };
+  stage(0);
   float tap_share[IdTaps<kW>::kPerLane];
   if constexpr (IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, d0, lane, tap_share);
   ChunkMasks<N, kH, V, false> m;
@@ -145,20 +156,24 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
   for (int ch = 0; ch < kIdChannels; ++ch) {
     const int64_t d = d0 + ch;
     if (d >= a.dim) break;  // (warp-uniform)
-    const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
     const int64_t row = a.io_layout().At(b, d, 0);
     const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
     T* yrow = static_cast<T*>(a.y) + row;
-    // All loads first, as FwdStreamKernel's.
     uint4 xr[V + 1], rr[V];
-    xr[0] = before ? LoadVectorBefore<T>(a, xrow, b, d, t_before) : zero;
+    if (ch + 1 < kIdChannels && d + 1 < a.dim) {
+      stage(ch + 1);
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    const ForwardStage<T>& st = stages[ch & 1];
+    xr[0] = before ? st.x[V][lane] : zero;
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int64_t t = c0 + int64_t(j * 32 + lane) * N;
-      xr[j + 1] = t < L ? LoadRaw16(xrow + t) : zero;
+      xr[j + 1] = st.x[j][lane];
       rr[j] = res && t < L ? LoadRaw16(res + t) : zero;
     }
-    PrefetchNextChannel<T, kW>(a, b, d, c0, S::kChunk, a.residual, lane);
     float w[kW];
     const float bias = IdChannelTaps(my_taps, ch, w);
 #pragma unroll
@@ -197,7 +212,9 @@ cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t s
     (walk ? FwdStreamKernel<T, kW, false, true> : FwdStreamKernel<T, kW, false, false>)
         <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);
   else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets; the plan gave one chunk a span)
-    FwdStreamIdsKernel<T, kW><<<unsigned(IdStreamBlocks(a, spans)), kStreamThreads, 0, stream>>>(a, spans);
+    return LaunchWithSmem(FwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, spans), kStreamThreads,
+                          2 * kStreamWarps * sizeof(ForwardStage<T>), sizeof(IdTaps<kW>) * kStreamWarps, stream, a,
+                          spans);
   else
     (walk ? FwdStreamKernel<T, kW, true, true> : FwdStreamKernel<T, kW, true, false>)
         <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);

@@ -22,30 +22,41 @@ namespace jcc::cuda {
 // (8 measured faster than 4, and 4 than 2: docs/performance-log.md, 2026-11-26)
 constexpr int kIdChannels = 8;
 
-// Whether the forward's warp asks L2 for its next channel's chunk
-// (PrefetchL2) while it works on this one (the channels run one after
-// another, each one's loads waited for before its sums): measured per width
-// (docs/performance-log.md, 2026-11-26, fourth session). The backward stages
-// its next channel in shared memory instead (BackwardStage).
-__host__ __device__ constexpr bool IdPrefetch(int w) { return w >= 5; }
-
-// The chunk of channel d + 1 from c0 (x and the residual, if any) asked of
-// L2, for the forward's channel loop.
-template <typename T, int kW>
-__device__ __forceinline__ void PrefetchNextChannel(const ConvArgs& a, int64_t b, int64_t d, int64_t c0,
-                                                    int64_t chunk, const void* residual, int lane) {
-  if (!IdPrefetch(kW) || d + 1 >= a.dim) return;
-  const uint32_t bytes = uint32_t(Min64(chunk, a.len - c0) * int64_t(sizeof(T)));
-  PrefetchL2(static_cast<const T*>(a.x) + a.x_layout().At(b, d + 1, 0) + c0, bytes, lane);
-  if (residual) PrefetchL2(static_cast<const T*>(residual) + a.io_layout().At(b, d + 1, 0) + c0, bytes, lane);
-}
-
 __host__ __device__ __forceinline__ int64_t IdGroupsPerRow(int64_t dim) {
   return CeilDiv(dim, int64_t(kStreamWarps) * kIdChannels);
 }
 
 __host__ __device__ __forceinline__ int64_t IdStreamBlocks(const ConvArgs& a, int64_t spans_per_row) {
   return a.batch * IdGroupsPerRow(a.dim) * spans_per_row;
+}
+
+// The forward's staging slots of one warp for one channel's chunk (copied
+// by cp.async while the warp works on the channel before): x[j] for the
+// chunk's vectors j < V, x[V] the vector before the chunk (lanes >= 32 - kQ).
+// Each lane writes and reads only its own column (no barrier).
+template <typename T>
+struct ForwardStage {
+  uint4 x[Stream<T>::kVecs + 1][32];
+};
+
+// Issues (and commits as one group) the copies of channel row xrow's chunk
+// at c0 into s; a vector before step 0 (initial states or zeros) is stored
+// directly.
+template <typename T>
+__device__ __forceinline__ void StageForwardChunk(const ConvArgs& a, const T* xrow, int64_t b, int64_t d,
+                                                  int64_t c0, int lane, bool before, int64_t t_before,
+                                                  ForwardStage<T>& s) {
+  constexpr int N = Stream<T>::kN, V = Stream<T>::kVecs;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const int64_t t = c0 + int64_t(j * 32 + lane) * N;
+    CpAsync<16>(&s.x[j][lane], t < a.len ? xrow + t : xrow, t < a.len);
+  }
+  if (before && t_before < 0)
+    s.x[V][lane] = LoadVectorBefore<T>(a, xrow, b, d, t_before);
+  else
+    CpAsync<16>(&s.x[V][lane], before ? xrow + t_before : xrow, before);
+  CpAsyncCommit();
 }
 
 // The backward's staging slots of one warp for one channel's chunk
