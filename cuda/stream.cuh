@@ -36,19 +36,6 @@ struct Stream {
 
 __device__ __forceinline__ uint4 LoadRaw16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
-// Asks L2 for the `bytes` (a multiple of 16) from p (16-byte aligned), a
-// hint that holds no register: a warp about to finish with one row warms
-// the next. Every lane calls it (sm_90: lane 0 issues one bulk prefetch;
-// before, each lane prefetches its share of 128-byte lines).
-__device__ __forceinline__ void PrefetchL2(const void* p, uint32_t bytes, int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (lane == 0 && bytes > 0) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-  for (uint32_t off = uint32_t(lane) * 128; off < bytes; off += 32 * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char*>(p) + off));
-#endif
-}
-
 template <typename T, int N>
 __device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[N]) {
   static_assert(N * sizeof(T) == 16, "one 16-byte vector");
