@@ -113,6 +113,10 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
   } while (kWalk && ++ci < chunk_end);
 }
 
+// The shared-ids forward's static shared memory (the warps' taps).
+template <int kW>
+using FwdIdsShared = IdTaps<kW>[kStreamWarps];
+
 // (Blocks an SM asked of the compiler: without a bound it takes registers
 // that leave room for 4; from W = 5 on the mask words need more than 6
 // blocks' share without spilling.)
@@ -145,7 +149,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
   if constexpr (IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, d0, lane, tap_share);
   ChunkMasks<N, kH, V, false> m;
   LoadChunkMasks(a, b, c0, hist, lane, m);
-  __shared__ IdTaps<kW> taps[kStreamWarps];
+  __shared__ FwdIdsShared<kW> taps;
   IdTaps<kW>& my_taps = taps[threadIdx.x >> 5];
   if constexpr (!IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, d0, lane, tap_share);
   StoreIdTaps(tap_share, lane, my_taps);
@@ -213,7 +217,7 @@ cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t s
         <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);
   else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets; the plan gave one chunk a span)
     return LaunchWithSmem(FwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, spans), kStreamThreads,
-                          2 * kStreamWarps * sizeof(ForwardStage<T>), sizeof(IdTaps<kW>) * kStreamWarps, stream, a,
+                          2 * kStreamWarps * sizeof(ForwardStage<T>), sizeof(FwdIdsShared<kW>), stream, a,
                           spans);
   else
     (walk ? FwdStreamKernel<T, kW, true, true> : FwdStreamKernel<T, kW, true, false>)
