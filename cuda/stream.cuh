@@ -321,19 +321,34 @@ __device__ __forceinline__ void WithStepIds(bool plain, const ConvArgs& a, int64
   }
 }
 
-// The warp's sums of part[0 .. kW] (a fixed butterfly, so the same bits
-// every run): lane k's return value is sum k.
+// The warp's sums of part[0 .. kW] (a fixed order, so the same bits every
+// run): lane k's return value is sum k.
 template <int kW>
 __device__ __forceinline__ float WarpTapSums(const float (&part)[kW + 1], int lane) {
-  float mine = 0.f;
+  // By halving exchanges: the kW + 1 sums padded to P; at offset o = 16,
+  // 8, .. a lane keeps half of its c values (the upper half when lane & o)
+  // and adds the partner's copy of that half, until one value is left:
+  // lane l then holds sum l / (32 / P) over the lanes that share l's bits
+  // from 32 / P up, and butterflies over the lower bits finish it (P - 1 +
+  // log2(32 / P), and one to hand each sum to its lane: P + log2(32 / P)
+  // shuffles instead of 5 (kW + 1)).
+  constexpr int P = kW + 1 <= 2 ? 2 : kW + 1 <= 4 ? 4 : kW + 1 <= 8 ? 8 : kW + 1 <= 16 ? 16 : 32;
+  static_assert(kW + 1 <= 32, "a lane per sum");
+  float v[P];
 #pragma unroll
-  for (int k = 0; k <= kW; ++k) {
-    float s = part[k];
+  for (int i = 0; i < P; ++i) v[i] = i <= kW ? part[i] : 0.f;
+  constexpr int kLevels = P == 2 ? 1 : P == 4 ? 2 : P == 8 ? 3 : P == 16 ? 4 : 5;
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(kFullMask, s, off);
-    if (lane == k) mine = s;
+  for (int lvl = 0; lvl < kLevels; ++lvl) {  // c = P >> lvl values, offset 16 >> lvl
+    const int h = (P >> lvl) / 2, off = 16 >> lvl;
+    const bool hi = lane & off;
+#pragma unroll
+    for (int i = 0; i < P / 2; ++i)
+      if (i < h) v[i] = (hi ? v[i + h] : v[i]) + __shfl_xor_sync(kFullMask, hi ? v[i] : v[i + h], off);
   }
-  return mine;
+#pragma unroll
+  for (int lvl = kLevels; lvl < 5; ++lvl) v[0] += __shfl_xor_sync(kFullMask, v[0], 16 >> lvl);
+  return P == 32 ? v[0] : __shfl_sync(kFullMask, v[0], (lane * (32 / P)) & 31);
 }
 
 }  // namespace jcc::cuda
