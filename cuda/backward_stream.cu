@@ -165,7 +165,10 @@ struct BwdIdsShared {
 // Each channel's chunk is staged (BackwardStage, cp.async) while the
 // channel before it runs.
 // (Blocks an SM asked of the compiler: the staging buffers leave room for
-// 4 (unbounded it takes all 255 registers at some widths, for 2 blocks).)
+// 4 (unbounded it takes all 255 registers at some widths, for 2 blocks).
+// 5 blocks, which fit at 16-bit W <= 4 and float32 W <= 7 with 96
+// registers and no spill, measured slower: docs/performance-log.md,
+// 2026-11-27, eleventh session.)
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {

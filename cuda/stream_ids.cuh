@@ -61,14 +61,17 @@ __device__ __forceinline__ void StageForwardChunk(const ConvArgs& a, const T* xr
 
 // The backward's staging slots of one warp for one channel's chunk
 // (LoadBackwardChunk's vectors, copied by cp.async while the warp works on
-// the channel before): x[j] and dy[j] for the chunk's vectors j < V, dy[V]
-// the vector after the chunk (lanes < kQ), x[V] the edge vector: before the
-// chunk for the lanes >= 32 - kQ, after it for the lanes < kQ. Each lane
-// writes and reads only its own column (no barrier).
+// the channel before): x[j] and dy[j] for the chunk's vectors j < V; the
+// vector before the chunk of lane 32 - kQ + i in x_before[i], the vectors
+// after it of lane i < kQ in x_after[i] and dy_after[i] (slots for those
+// lanes only, where whole rows of slots had measured slower at 16-bit W
+// 5..8: docs/performance-log.md, 2026-11-27, eleventh session). Each lane
+// writes and reads only its own slots (no barrier).
 template <typename T>
 struct BackwardStage {
   static constexpr int V = Stream<T>::kVecs;
-  uint4 x[V + 1][32], dy[V + 1][32];
+  static constexpr int kQMax = 2;  // the most lanes a halo reaches at W <= 8 (float32)
+  uint4 x[V][32], dy[V][32], x_before[kQMax], x_after[kQMax], dy_after[kQMax];
 };
 
 // Issues (and commits as one group) the copies of channel row xrow / dyrow's
@@ -79,20 +82,26 @@ __device__ __forceinline__ void StageBackwardChunk(const ConvArgs& a, const T* x
                                                    int64_t d, int64_t c0, int lane, bool before,
                                                    int64_t t_before, BackwardStage<T>& s) {
   constexpr int N = Stream<T>::kN, V = Stream<T>::kVecs;
-  static_assert(2 * kQ <= 32, "the edge slot serves the lanes before and after apart");
+  static_assert(kQ <= BackwardStage<T>::kQMax, "an edge slot per lane that needs one");
 #pragma unroll
-  for (int j = 0; j <= V; ++j) {
+  for (int j = 0; j < V; ++j) {
     const int64_t t = c0 + int64_t(j * 32 + lane) * N;
-    const bool ok = t < a.len && (j < V || lane < kQ);
-    if (j < V) CpAsync<16>(&s.x[j][lane], ok ? xrow + t : xrow, ok);
+    const bool ok = t < a.len;
+    CpAsync<16>(&s.x[j][lane], ok ? xrow + t : xrow, ok);
     CpAsync<16>(&s.dy[j][lane], ok ? dyrow + t : dyrow, ok);
-    if (j == V && !before) CpAsync<16>(&s.x[V][lane], ok ? xrow + t : xrow, ok);
+  }
+  if (lane < kQ) {
+    const int64_t t = c0 + int64_t(V * 32 + lane) * N;
+    const bool ok = t < a.len;
+    CpAsync<16>(&s.x_after[lane], ok ? xrow + t : xrow, ok);
+    CpAsync<16>(&s.dy_after[lane], ok ? dyrow + t : dyrow, ok);
   }
   if (before) {
+    uint4* slot = &s.x_before[lane - (32 - kQ)];
     if (t_before >= 0)
-      CpAsync<16>(&s.x[V][lane], xrow + t_before, true);
+      CpAsync<16>(slot, xrow + t_before, true);
     else
-      s.x[V][lane] = LoadVectorBefore<T>(a, xrow, b, d, t_before);
+      *slot = LoadVectorBefore<T>(a, xrow, b, d, t_before);
   }
   CpAsyncCommit();
 }
@@ -104,13 +113,16 @@ __device__ __forceinline__ void UnstageBackwardChunk(const BackwardStage<T>& s, 
                                                      uint4 (&xr)[Stream<T>::kVecs + 2],
                                                      uint4 (&dyr)[Stream<T>::kVecs + 1]) {
   constexpr int V = Stream<T>::kVecs;
-  const uint4 zero = make_uint4(0, 0, 0, 0), edge = s.x[V][lane];
-  xr[0] = kQ > 0 && lane >= 32 - kQ ? edge : zero;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const bool before = kQ > 0 && lane >= 32 - kQ, after = lane < kQ;
+  // (slot indices clamped: the other lanes read no slot)
+  xr[0] = before ? s.x_before[before ? lane - (32 - kQ) : 0] : zero;
 #pragma unroll
   for (int j = 0; j < V; ++j) xr[j + 1] = s.x[j][lane];
-  xr[V + 1] = lane < kQ ? edge : zero;
+  xr[V + 1] = after ? s.x_after[after ? lane : 0] : zero;
 #pragma unroll
-  for (int j = 0; j <= V; ++j) dyr[j] = s.dy[j][lane];
+  for (int j = 0; j < V; ++j) dyr[j] = s.dy[j][lane];
+  dyr[V] = after ? s.dy_after[after ? lane : 0] : zero;
 }
 
 // Where a warp of these kernels works: batch row b, channels d0 ..
