@@ -2,9 +2,10 @@
 measured slower (routing.py: on a GPU W = 1, channels-first rows past 16
 that are not the wide family's, and a channels-first seq_idx forward alone
 at W <= 4 on too few blocks or at W = 2 in float32; on the CPU a forward that nothing
-differentiates at W <= 2 without states, and the whole op at W = 1
-channels-first in float32 / float64); "ffi" still insists on the kernel,
-and every other cell takes the kernel."""
+differentiates at W <= 2 without states, the whole op at W = 1
+channels-first in float32 / float64, and small channels-first problems at
+W <= 2 (the whole op) and W 3..4 (the seq_idx forward alone)); "ffi" still
+insists on the kernel, and every other cell takes the kernel."""
 
 import os
 import re
@@ -15,11 +16,27 @@ import numpy as np
 import pytest
 
 import jax_causal_conv as jcc
-from jax_causal_conv._lowering import targets
+from jax_causal_conv._lowering import routing, targets
 from jax_causal_conv._lowering.config import ROWS, SEQ_IDX, VARLEN, ConvConfig
 from jax_causal_conv._lowering.routing import _seq_idx_forward_blocks, cpu_kernel_wins, gpu_kernel_wins
 
 from gpu_support import DRY_RUN, GPU, MARKS
+
+
+@pytest.fixture
+def no_small_rule(monkeypatch):
+    """The CPU's small-problem rule off (its thresholds 0), so that the tests
+    of the other rules can use small arrays. (JAX's caches are cleared on
+    both sides: a traced call keeps the routing it was traced with.)"""
+    _set_small_bounds(monkeypatch, 0)
+    yield
+    jax.clear_caches()
+
+
+def _set_small_bounds(monkeypatch, bound):
+    for k in routing.CPU_XLA_MAX_ELEMENTS:
+        monkeypatch.setitem(routing.CPU_XLA_MAX_ELEMENTS, k, bound)
+    jax.clear_caches()
 
 
 def cfg(mode, cl):
@@ -117,6 +134,79 @@ def test_the_cpu_table():
             assert bwd(c(VARLEN, cl), 1, dt=dt)
 
 
+def test_the_cpu_small_problem_table():
+    def c(mode, cl, final=False, differentiated=False):
+        return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
+                          want_final=final, backend="auto", differentiated=differentiated)
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    small = routing.CPU_XLA_MAX_ELEMENTS
+
+    def wins(mode, W, n, cl=False, init=False, final=False, dt=bf16):
+        # (forward differentiated, backward): the same answer for both
+        f = cpu_kernel_wins(c(mode, cl, final, True), W, init, dt, elements=n)
+        b = cpu_kernel_wins(c(mode, cl, final), W, init, dt, backward=True, elements=n)
+        assert f == b, "forward and backward must agree (the whole op)"
+        return f
+    for mode in (ROWS, SEQ_IDX):
+        # W = 1: with or without states, at and past the bound
+        assert not wins(mode, 1, small["w1"]) and wins(mode, 1, small["w1"] + 1)
+        assert not wins(mode, 1, small["w1"], init=True, final=True)
+        assert wins(mode, 1, small["w1"], cl=True)  # channels-last: the kernel
+        assert wins(mode, 1, 0)  # size unknown: the kernel
+        assert wins(VARLEN, 1, 100)
+        # W = 2 without states
+        bound = small["w2_seq_idx" if mode == SEQ_IDX else "w2_dense"]
+        assert not wins(mode, 2, bound) and wins(mode, 2, bound + 1)
+        assert not wins(mode, 2, bound, dt=f32)
+        assert wins(mode, 2, bound, init=True) and wins(mode, 2, bound, final=True)
+        assert wins(mode, 2, bound, cl=True)
+        assert wins(mode, 3, 100) and wins(mode, 4, 100)  # a training step at W >= 3: the kernel
+    assert small["w2_dense"] <= small["w2_seq_idx"] <= small["w1"]
+    # the seq_idx forward alone at W = 3, 4 (not being differentiated)
+    alone = lambda mode, W, n, cl=False: cpu_kernel_wins(c(mode, cl), W, False, bf16, elements=n)  # noqa: E731
+    n = small["seq_idx_forward"]
+    assert not alone(SEQ_IDX, 3, n) and not alone(SEQ_IDX, 4, n)
+    assert alone(SEQ_IDX, 3, n + 1) and alone(SEQ_IDX, 5, n) and alone(ROWS, 3, n) and alone(SEQ_IDX, 3, n, True)
+
+
+@pytest.mark.parametrize("W", [1, 2, 3])
+def test_cpu_small_problem_takes_xla(W, monkeypatch):
+    """With the small-problem bounds above this array's size, a channels-first
+    training step at W <= 2 compiles no call of ours (and the same values and
+    gradients as the kernel's), a seq_idx forward alone at W = 3 none; past
+    the bounds, the kernel."""
+    cpu = jax.devices("cpu")[0]
+    rng = np.random.default_rng(2)
+    # (bfloat16: at W = 1 in float32 channels-first XLA takes every size)
+    x = jax.device_put(jnp.asarray(rng.standard_normal((2, 16, 40)), jnp.bfloat16), cpu)
+    w = jax.device_put(jnp.asarray(rng.standard_normal((16, W)), jnp.bfloat16), cpu)
+    s = jax.device_put(jnp.asarray(np.repeat([[0, 1, -1, 2]], 10, axis=1).repeat(2, 0), jnp.int32), cpu)
+
+    def conv(backend, seq):
+        return lambda x, w: jcc.causal_conv1d(x, w, activation="silu", seq_idx=seq, backend=backend)
+
+    def step(backend, seq):
+        return lambda x, w: jax.value_and_grad(
+            lambda x, w: jnp.sum(conv(backend, seq)(x, w).astype(jnp.float32) ** 2), (0, 1))(x, w)
+    for bound in (x.size, x.size - 1):
+        _set_small_bounds(monkeypatch, bound)
+        xla = bound >= x.size
+        for seq in (None, s):
+            if W <= 2:
+                assert _calls(step("auto", seq), x, w) == ((0, 0) if xla else (1, 1))
+                (va, ga), (vf, gf) = step("auto", seq)(x, w), step("ffi", seq)(x, w)
+                np.testing.assert_allclose(va, vf, rtol=2e-2)
+                for a, b in zip(ga, gf):
+                    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                               rtol=2e-2, atol=2e-2)
+            else:
+                want = 0 if xla and seq is not None else 1
+                assert _calls(conv("auto", seq), x, w) == (want, 0)
+                assert _calls(step("auto", seq), x, w) == (1, 1)  # W = 3: the kernel in a step
+        assert _calls(step("ffi", s), x, w) == (1, 1)
+    jax.clear_caches()
+
+
 def _calls(f, *args):
     """Our forward and backward calls in f's compiled program."""
     txt = jax.jit(f).lower(*args).compile().as_text()
@@ -129,7 +219,7 @@ def _kernel_calls(f, *args):
 
 @pytest.mark.parametrize("cl", [False, True])
 @pytest.mark.parametrize("W", [2, 3])
-def test_cpu_short_forward_takes_xla_outside_training(W, cl):
+def test_cpu_short_forward_takes_xla_outside_training(W, cl, no_small_rule):
     cpu = jax.devices("cpu")[0]
     rng = np.random.default_rng(0)
     x = jax.device_put(jnp.asarray(rng.standard_normal((2, 40, 16) if cl else (2, 16, 40)), jnp.float32), cpu)
@@ -161,7 +251,7 @@ def test_cpu_short_forward_takes_xla_outside_training(W, cl):
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("cl", [False, True])
-def test_cpu_w1_float32_step_takes_xla(cl, dtype):
+def test_cpu_w1_float32_step_takes_xla(cl, dtype, no_small_rule):
     """A training step at W = 1 channels-first in float32: XLA's twin,
     forward and backward (no call of ours); channels-last or 16-bit: ours.
     The same values and gradients as the kernel's either way."""
@@ -192,7 +282,7 @@ def test_cpu_w1_float32_step_takes_xla(cl, dtype):
 
 
 @pytest.mark.parametrize("cl", [False, True])
-def test_cpu_takes_the_kernel_past_w2(cl):
+def test_cpu_takes_the_kernel_past_w2(cl, no_small_rule):
     cpu = jax.devices("cpu")[0]
     x = jax.device_put(jnp.ones((1, 8, 16) if not cl else (1, 16, 8), jnp.float32), cpu)
     w = jax.device_put(jnp.ones((8, 4), jnp.float32), cpu)

@@ -20,7 +20,7 @@ def forward(cfg, x, w, b, res, seq_idx, cu, init):
                     functools.partial(xla_twins.forward, cfg), x.dtype,
                     x, w, b, res, seq_idx, cu, init,
                     gpu_kernel=_gpu_kernel_wins(cfg, x, w),
-                    cpu_kernel=cpu_kernel_wins(cfg, w.shape[-1], init is not None, x.dtype))
+                    cpu_kernel=cpu_kernel_wins(cfg, w.shape[-1], init is not None, x.dtype, elements=x.size))
 
 
 def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
@@ -28,7 +28,8 @@ def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
                     functools.partial(xla_twins.backward, cfg), x.dtype,
                     x, w, b, seq_idx, cu, init, dy, dfin,
                     gpu_kernel=_gpu_kernel_wins(cfg, x, w, backward=True),
-                    cpu_kernel=cpu_kernel_wins(cfg, w.shape[-1], init is not None, x.dtype, backward=True))
+                    cpu_kernel=cpu_kernel_wins(cfg, w.shape[-1], init is not None, x.dtype, backward=True,
+                                               elements=x.size))
 
 
 def update(cfg, x, state, w, b, cache, idx):

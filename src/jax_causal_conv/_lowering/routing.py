@@ -52,9 +52,28 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
     return True
 
 
-def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: bool = False) -> bool:
+# Small channels-first problems on the CPU (x of at most this many
+# elements, B * D * L), where XLA's fused passes run out of cache and
+# measured ahead of the kernel's forward and backward (the 2-core
+# development machine, back-to-back probes, docs/benchmarks.md "CPU, small
+# problems at W <= 4", 2026-11-27): XLA for the whole op
+# (forward and backward)
+# - W = 1 (also with states) up to 2^21 (training step 0.49-0.70x XLA's
+#   speed at 2^19, 0.52-0.66x at 2^20, 0.82-0.97x at 2^21; at 2^22 the
+#   kernel 1.5-2.2x faster);
+# - W = 2 without states, seq_idx up to 2^20 (0.67-0.70x at 2^19, 0.89x at
+#   2^20), dense up to 2^19 (0.86x bfloat16, level in float32; at 2^20 the
+#   kernel 1.17x faster);
+# and the forward alone (nothing differentiates it) at W = 3, 4 with seq_idx
+# up to 2^19 (0.73-0.74x; at 2^20 W = 3 1.13x faster).
+CPU_XLA_MAX_ELEMENTS = {"w1": 1 << 21, "w2_seq_idx": 1 << 20, "w2_dense": 1 << 19, "seq_idx_forward": 1 << 19}
+
+
+def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: bool = False,
+                    elements: int = 0) -> bool:
     """False where the XLA twin is faster on the CPU (docs/benchmarks.md,
-    CPU sections; measured on the 2-core development machine):
+    CPU sections; measured on the 2-core development machine; `elements`:
+    x's B * D * L, 0 if unknown):
     - W = 1, channels-first, float32 / float64, without states (dense or
       seq_idx): the whole op, forward and backward. A per-channel scale
       that XLA fuses into one pass with its backward; ours is two. (16-bit
@@ -63,8 +82,19 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
       or seq_idx, either layout), where XLA's one fused elementwise pass is
       level with the kernel or ahead of it. In a training step the kernel's
       forward stays there: XLA's forward beside our backward measured slower.
+    - small channels-first problems (CPU_XLA_MAX_ELEMENTS): W = 1 and 2, the
+      whole op; the seq_idx forward alone at W = 3, 4.
     Elsewhere the kernel (the backward faster at every other measured cell)."""
     plain = cfg.mode != VARLEN and not has_initial_states and not cfg.want_final
     if width == 1 and plain and not cfg.channels_last and jnp.dtype(dtype) in (jnp.float32, jnp.float64):
         return False
+    if not cfg.channels_last and cfg.mode != VARLEN and 0 < elements:
+        small = CPU_XLA_MAX_ELEMENTS
+        if width == 1 and elements <= small["w1"]:
+            return False
+        if width == 2 and plain and elements <= small["w2_seq_idx" if cfg.mode == SEQ_IDX else "w2_dense"]:
+            return False
+        if (width in (3, 4) and cfg.mode == SEQ_IDX and not backward and not cfg.differentiated
+                and elements <= small["seq_idx_forward"]):
+            return False
     return backward or cfg.differentiated or not (width <= 2 and plain)
