@@ -53,7 +53,7 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
 
 
 # Small channels-first problems on the CPU (x of at most this many
-# elements, B * D * L), where XLA's fused passes run out of cache and
+# elements, B * D * L), where XLA's fused passes stay in cache and
 # measured ahead of the kernel's forward and backward (the 2-core
 # development machine, back-to-back probes, docs/benchmarks.md "CPU, small
 # problems at W <= 4", 2026-11-27): XLA for the whole op
