@@ -22,9 +22,10 @@ namespace jcc::cuda {
 
 constexpr int kClX = 32;
 constexpr int kClY = 4;
-// Time steps per thread, forward: more past W = 4, where each slice's
-// history (W - 1 steps read again) and taps cost more.
-__host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 4 ? 32 : 64; }
+// Time steps per thread, forward: more as the width grows, where each
+// slice's set-up (its taps, the history of W - 1 steps read again) costs
+// more and a thread holds fewer channels.
+__host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 4 ? 32 : kW <= 8 ? 64 : 128; }
 constexpr int kClBwdSteps = 128;  // time steps per thread, backward
 
 // Channels per thread: the forward's word is 16, 8 or 4 bytes as the width

@@ -35,7 +35,7 @@ bool ClRowFits(const ConvArgs& a, bool backward, const void* in2, const void* ou
 
 // Channels-last, dense x of whole aligned groups of kWideClCh channels
 // (16- or 32-byte pieces of rows), one sequence per row or seq_idx: the
-// channels-last wide family (W > 16) and tensor-core forward (W > 12).
+// channels-last wide family and tensor-core forward (W > 16).
 bool WideClFits(const ConvArgs& a, const void* in2, const void* out) {
   const bool mode = a.mode == SegmentMode::kRow || a.mode == SegmentMode::kSeqIdx;
   return a.channels_last && mode && a.x_batch_stride == 0 && a.x_row_stride == 0 &&
@@ -90,8 +90,11 @@ ForwardPlan PlanForward(const ConvArgs& a) {
     p.family = ForwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
-  } else if (WideClFits(a, a.residual, a.y) && a.width > 12 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
-    p.family = ForwardPlan::kMmaCl;  // (from W = 13 as channels-first)
+  } else if (WideClFits(a, a.residual, a.y) && a.width > 16 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
+    // (W 13..16 take the channels-last rows, measured faster there since
+    // their forward's threads take 128 steps; docs/performance-log.md,
+    // 2026-11-27)
+    p.family = ForwardPlan::kMmaCl;
   } else if (WideClFits(a, a.residual, a.y) && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWideCl;
   } else if (ClRowFits(a, false, a.residual, a.y) &&

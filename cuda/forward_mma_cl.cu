@@ -1,6 +1,6 @@
 // The channels-last tensor-core forward: channels-last dense bfloat16 or
 // float16 x of whole aligned groups of kCh channels, one sequence per row or
-// seq_idx, W > 12. Staged like the channels-last wide family (wide_cl.cuh: a
+// seq_idx, W > 16. Staged like the channels-last wide family (wide_cl.cuh: a
 // block of kCh warps takes a group's rows over a span, outputs leave as whole
 // rows through the column buffer ys), but the rows are transposed into one
 // 16-bit row per channel, which each warp sums on tensor cores as

@@ -14,7 +14,7 @@
 //     or float16 x, one sequence per row or seq_idx, W > 12, summed on
 //     tensor cores;
 //   kMmaCl (forward_mma_cl.cu): forward only, kWideCl's problems of 16-bit
-//     x, one sequence per row, summed on tensor cores;
+//     x (W > 16), summed on tensor cores;
 //   kWide (forward_wide.cu, backward_wide.cu, wide.cuh, wide_cf.cuh): the same rows,
 //     W > 16 at a run-time width;
 //   kWideCl (forward_wide_cl.cu, backward_wide_cl.cu, wide_cl.cuh):

@@ -97,6 +97,10 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.float32, (1, 24, 1104), 7, False, "seqpad"),
     # channels-last rows' seq_idx by selects at a bucket width (12: a leading pad tap)
     (jnp.float32, (1, 16, 1100), 10, True, "seqpad"),
+    # channels-last rows at the buckets 12 and 16 with every tap present
+    # (bfloat16 W 13..16 forwards take the rows, not the tensor-core kernel)
+    (jnp.bfloat16, (2, 64, 1100), 12, True, "plain"),
+    (jnp.bfloat16, (1, 32, 1100), 16, True, "states"),
 ]
 def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)
