@@ -28,8 +28,8 @@ pytestmark = MARKS
 def test_small_mma_forward(dtype, W, cl):
     """The tensor-core forwards (forward_mma.cu: channels-first rows of
     16-bit x, W > 12, one sequence per row or seq_idx; forward_mma_cl.cu:
-    channels-last groups of 16 or 8 channels, W > 12, one sequence per row
-    or seq_idx)
+    channels-last groups of 16 or 8 channels, W > 16, one sequence per row
+    or seq_idx; channels-last W 13 and 16 take the row kernels)
     at the edges of their k-step buckets: weights of
     x's dtype and of float32 (two 16-bit parts), bias, SiLU, residual,
     initial states, a partial last tile and chunk, vmapped weights; against
