@@ -169,6 +169,30 @@ def test_the_cpu_small_problem_table():
     assert alone(SEQ_IDX, 3, n + 1) and alone(SEQ_IDX, 5, n) and alone(ROWS, 3, n) and alone(SEQ_IDX, 3, n, True)
 
 
+def test_the_cpu_short_forward_size_bound():
+    """A forward alone at W <= 2 without states takes XLA up to
+    CPU_XLA_FORWARD_MAX_BYTES of x (by bytes: twice the elements in 16
+    bits), the kernel past it; any layout, dense or seq_idx. W = 1
+    channels-first float32 keeps XLA at every size (the whole-op rule)."""
+    def c(mode, cl, final=False, differentiated=False):
+        return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
+                          want_final=final, backend="auto", differentiated=differentiated)
+    limit = routing.CPU_XLA_FORWARD_MAX_BYTES
+    for dt in (jnp.float32, jnp.bfloat16, jnp.float16):
+        n = limit // jnp.dtype(dt).itemsize  # x of exactly the bound
+        for cl in (False, True):
+            for mode in (ROWS, SEQ_IDX):
+                for W in (1, 2):
+                    whole = W == 1 and not cl and dt == jnp.float32
+                    assert not cpu_kernel_wins(c(mode, cl), W, False, dt, elements=n)
+                    assert cpu_kernel_wins(c(mode, cl), W, False, dt, elements=n + 1) == (not whole)
+                    assert not cpu_kernel_wins(c(mode, cl), W, False, dt)  # size unknown: XLA
+                # states, or W = 3: the kernel at any size
+                assert cpu_kernel_wins(c(mode, cl), 2, True, dt, elements=n)
+                assert cpu_kernel_wins(c(mode, cl, final=True), 2, False, dt, elements=n)
+                assert cpu_kernel_wins(c(mode, cl), 3, False, dt, elements=n + 1)
+
+
 @pytest.mark.parametrize("W", [1, 2, 3])
 def test_cpu_small_problem_takes_xla(W, monkeypatch):
     """With the small-problem bounds above this array's size, a channels-first
@@ -219,7 +243,7 @@ def _kernel_calls(f, *args):
 
 @pytest.mark.parametrize("cl", [False, True])
 @pytest.mark.parametrize("W", [2, 3])
-def test_cpu_short_forward_takes_xla_outside_training(W, cl, no_small_rule):
+def test_cpu_short_forward_takes_xla_outside_training(W, cl, no_small_rule, monkeypatch):
     cpu = jax.devices("cpu")[0]
     rng = np.random.default_rng(0)
     x = jax.device_put(jnp.asarray(rng.standard_normal((2, 40, 16) if cl else (2, 16, 40)), jnp.float32), cpu)
@@ -240,6 +264,13 @@ def test_cpu_short_forward_takes_xla_outside_training(W, cl, no_small_rule):
     assert _calls(step, x, w) == (1, 1)
     # (a vjp too: its forward is the differentiated one)
     assert _calls(lambda x, w: jax.vjp(conv("auto"), x, w)[0], x, w) == (1, 0)
+    # past the size bound (moved under x's bytes here) the kernel
+    monkeypatch.setattr(routing, "CPU_XLA_FORWARD_MAX_BYTES", x.nbytes - 1)
+    jax.clear_caches()
+    assert _calls(conv("auto"), x, w) == (1, 0) and _calls(conv("auto", s), x, w) == (1, 0)
+    monkeypatch.setattr(routing, "CPU_XLA_FORWARD_MAX_BYTES", x.nbytes)
+    jax.clear_caches()
+    assert _calls(conv("auto"), x, w) == (0 if routed else 1, 0)
     # the same values either way
     np.testing.assert_allclose(conv("auto", s)(x, w), conv("ffi", s)(x, w), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(conv("auto")(x, w), conv("ffi")(x, w), rtol=1e-5, atol=1e-5)

@@ -68,6 +68,15 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
 # up to 2^19 (0.73-0.74x; at 2^20 W = 3 1.13x faster).
 CPU_XLA_MAX_ELEMENTS = {"w1": 1 << 21, "w2_seq_idx": 1 << 20, "w2_dense": 1 << 19, "seq_idx_forward": 1 << 19}
 
+# A forward that nothing differentiates at W <= 2 without states (any
+# layout, dense or seq_idx) takes XLA's fused pass while x is at most this
+# many bytes; past it the kernel (the 2-core development machine, 40-200
+# alternating calls, 2026-11-27: at 2^22 elements XLA level or up to 2x
+# faster in most cells; at 32-128 MiB the kernel 1.3-2.2x faster in every
+# layout, dtype and mode measured; docs/benchmarks.md "CPU, the short
+# forward by size").
+CPU_XLA_FORWARD_MAX_BYTES = 16 << 20
+
 
 def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: bool = False,
                     elements: int = 0) -> bool:
@@ -79,9 +88,11 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
       that XLA fuses into one pass with its backward; ours is two. (16-bit
       types and channels-last: the kernel, well ahead of XLA there.)
     - a forward that nothing differentiates at W <= 2 without states (dense
-      or seq_idx, either layout), where XLA's one fused elementwise pass is
-      level with the kernel or ahead of it. In a training step the kernel's
-      forward stays there: XLA's forward beside our backward measured slower.
+      or seq_idx, either layout) of x up to CPU_XLA_FORWARD_MAX_BYTES (or
+      of unknown size), where XLA's one fused elementwise pass is level
+      with the kernel or ahead of it while x stays in cache. In a training
+      step the kernel's forward stays there: XLA's forward beside our
+      backward measured slower.
     - small channels-first problems (CPU_XLA_MAX_ELEMENTS): W = 1 and 2, the
       whole op; the seq_idx forward alone at W = 3, 4.
     Elsewhere the kernel (the backward faster at every other measured cell)."""
@@ -97,4 +108,5 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
         if (width in (3, 4) and cfg.mode == SEQ_IDX and not backward and not cfg.differentiated
                 and elements <= small["seq_idx_forward"]):
             return False
-    return backward or cfg.differentiated or not (width <= 2 and plain)
+    cached = elements == 0 or elements * jnp.dtype(dtype).itemsize <= CPU_XLA_FORWARD_MAX_BYTES
+    return backward or cfg.differentiated or not (width <= 2 and plain and cached)
