@@ -2,7 +2,7 @@
 measured slower (routing.py: on a GPU W = 1, channels-first rows past 16
 that are not the wide family's, and a channels-first seq_idx forward alone
 at W <= 4 on too few blocks or at W = 2 in float32; on the CPU a forward that nothing
-differentiates at W <= 2 without states, the whole op at W = 1
+differentiates at W <= 2 without states (x up to 16 MiB), the whole op at W = 1
 channels-first in float32 / float64, and small channels-first problems at
 W <= 2 (the whole op) and W 3..4 (the seq_idx forward alone)); "ffi" still
 insists on the kernel, and every other cell takes the kernel."""
@@ -37,6 +37,17 @@ def _set_small_bounds(monkeypatch, bound):
     for k in routing.CPU_XLA_MAX_ELEMENTS:
         monkeypatch.setitem(routing.CPU_XLA_MAX_ELEMENTS, k, bound)
     jax.clear_caches()
+
+
+def _set_forward_bound(monkeypatch, nbytes):
+    monkeypatch.setattr(routing, "CPU_XLA_FORWARD_MAX_BYTES", nbytes)
+    jax.clear_caches()
+
+
+def cpu_cfg(mode, cl, final=False, differentiated=False):
+    """The config of the CPU table tests (no activation)."""
+    return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
+                      want_final=final, backend="auto", differentiated=differentiated)
 
 
 def cfg(mode, cl):
@@ -109,42 +120,36 @@ def test_the_block_count_mirrors_the_kernels():
 
 
 def test_the_cpu_table():
-    def c(mode, cl, final=False, differentiated=False):
-        return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
-                          want_final=final, backend="auto", differentiated=differentiated)
     f32, f64, bf16, f16 = jnp.float32, jnp.float64, jnp.bfloat16, jnp.float16
     for cl in (False, True):
         fwd = lambda cfg, W, init=False, dt=bf16: cpu_kernel_wins(cfg, W, init, dt)  # noqa: E731
         bwd = lambda cfg, W, init=False, dt=bf16: cpu_kernel_wins(cfg, W, init, dt, backward=True)  # noqa: E731
-        assert [fwd(c(ROWS, cl), W) for W in (1, 2, 3, 4, 64)] == [False, False, True, True, True]
-        assert [fwd(c(SEQ_IDX, cl), W) for W in (1, 2, 3)] == [False, False, True]
+        assert [fwd(cpu_cfg(ROWS, cl), W) for W in (1, 2, 3, 4, 64)] == [False, False, True, True, True]
+        assert [fwd(cpu_cfg(SEQ_IDX, cl), W) for W in (1, 2, 3)] == [False, False, True]
         # states, varlen, a forward being differentiated: the kernel
-        assert fwd(c(ROWS, cl), 2, True) and fwd(c(ROWS, cl, True), 2)
-        assert fwd(c(VARLEN, cl), 2)
-        assert all(fwd(c(m, cl, differentiated=True), W) for m in (ROWS, SEQ_IDX) for W in (1, 2))
-        assert all(bwd(c(m, cl), W) for m in (ROWS, SEQ_IDX, VARLEN) for W in (1, 2, 3))
+        assert fwd(cpu_cfg(ROWS, cl), 2, True) and fwd(cpu_cfg(ROWS, cl, True), 2)
+        assert fwd(cpu_cfg(VARLEN, cl), 2)
+        assert all(fwd(cpu_cfg(m, cl, differentiated=True), W) for m in (ROWS, SEQ_IDX) for W in (1, 2))
+        assert all(bwd(cpu_cfg(m, cl), W) for m in (ROWS, SEQ_IDX, VARLEN) for W in (1, 2, 3))
         # W = 1 channels-first float32 / float64 without states: XLA, forward and backward
         for dt in (f32, f64, f16, bf16):
             whole = not cl and dt in (f32, f64)
             for m in (ROWS, SEQ_IDX):
-                assert fwd(c(m, cl, differentiated=True), 1, dt=dt) == (not whole)
-                assert bwd(c(m, cl), 1, dt=dt) == (not whole)
-            assert fwd(c(ROWS, cl, differentiated=True), 2, dt=dt) and bwd(c(ROWS, cl), 2, dt=dt)
-            assert bwd(c(ROWS, cl), 1, True, dt) and bwd(c(ROWS, cl, True), 1, dt=dt)
-            assert bwd(c(VARLEN, cl), 1, dt=dt)
+                assert fwd(cpu_cfg(m, cl, differentiated=True), 1, dt=dt) == (not whole)
+                assert bwd(cpu_cfg(m, cl), 1, dt=dt) == (not whole)
+            assert fwd(cpu_cfg(ROWS, cl, differentiated=True), 2, dt=dt) and bwd(cpu_cfg(ROWS, cl), 2, dt=dt)
+            assert bwd(cpu_cfg(ROWS, cl), 1, True, dt) and bwd(cpu_cfg(ROWS, cl, True), 1, dt=dt)
+            assert bwd(cpu_cfg(VARLEN, cl), 1, dt=dt)
 
 
 def test_the_cpu_small_problem_table():
-    def c(mode, cl, final=False, differentiated=False):
-        return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
-                          want_final=final, backend="auto", differentiated=differentiated)
     bf16, f32 = jnp.bfloat16, jnp.float32
     small = routing.CPU_XLA_MAX_ELEMENTS
 
     def wins(mode, W, n, cl=False, init=False, final=False, dt=bf16):
         # (forward differentiated, backward): the same answer for both
-        f = cpu_kernel_wins(c(mode, cl, final, True), W, init, dt, elements=n)
-        b = cpu_kernel_wins(c(mode, cl, final), W, init, dt, backward=True, elements=n)
+        f = cpu_kernel_wins(cpu_cfg(mode, cl, final, True), W, init, dt, elements=n)
+        b = cpu_kernel_wins(cpu_cfg(mode, cl, final), W, init, dt, backward=True, elements=n)
         assert f == b, "forward and backward must agree (the whole op)"
         return f
     for mode in (ROWS, SEQ_IDX):
@@ -163,7 +168,7 @@ def test_the_cpu_small_problem_table():
         assert wins(mode, 3, 100) and wins(mode, 4, 100)  # a training step at W >= 3: the kernel
     assert small["w2_dense"] <= small["w2_seq_idx"] <= small["w1"]
     # the seq_idx forward alone at W = 3, 4 (not being differentiated)
-    alone = lambda mode, W, n, cl=False: cpu_kernel_wins(c(mode, cl), W, False, bf16, elements=n)  # noqa: E731
+    alone = lambda mode, W, n, cl=False: cpu_kernel_wins(cpu_cfg(mode, cl), W, False, bf16, elements=n)  # noqa: E731
     n = small["seq_idx_forward"]
     assert not alone(SEQ_IDX, 3, n) and not alone(SEQ_IDX, 4, n)
     assert alone(SEQ_IDX, 3, n + 1) and alone(SEQ_IDX, 5, n) and alone(ROWS, 3, n) and alone(SEQ_IDX, 3, n, True)
@@ -174,9 +179,6 @@ def test_the_cpu_short_forward_size_bound():
     CPU_XLA_FORWARD_MAX_BYTES of x (by bytes: twice the elements in 16
     bits), the kernel past it; any layout, dense or seq_idx. W = 1
     channels-first float32 keeps XLA at every size (the whole-op rule)."""
-    def c(mode, cl, final=False, differentiated=False):
-        return ConvConfig(activation=None, mode=mode, channels_last=cl, states_channels_last=cl,
-                          want_final=final, backend="auto", differentiated=differentiated)
     limit = routing.CPU_XLA_FORWARD_MAX_BYTES
     for dt in (jnp.float32, jnp.bfloat16, jnp.float16):
         n = limit // jnp.dtype(dt).itemsize  # x of exactly the bound
@@ -184,13 +186,13 @@ def test_the_cpu_short_forward_size_bound():
             for mode in (ROWS, SEQ_IDX):
                 for W in (1, 2):
                     whole = W == 1 and not cl and dt == jnp.float32
-                    assert not cpu_kernel_wins(c(mode, cl), W, False, dt, elements=n)
-                    assert cpu_kernel_wins(c(mode, cl), W, False, dt, elements=n + 1) == (not whole)
-                    assert not cpu_kernel_wins(c(mode, cl), W, False, dt)  # size unknown: XLA
+                    assert not cpu_kernel_wins(cpu_cfg(mode, cl), W, False, dt, elements=n)
+                    assert cpu_kernel_wins(cpu_cfg(mode, cl), W, False, dt, elements=n + 1) == (not whole)
+                    assert not cpu_kernel_wins(cpu_cfg(mode, cl), W, False, dt)  # size unknown: XLA
                 # states, or W = 3: the kernel at any size
-                assert cpu_kernel_wins(c(mode, cl), 2, True, dt, elements=n)
-                assert cpu_kernel_wins(c(mode, cl, final=True), 2, False, dt, elements=n)
-                assert cpu_kernel_wins(c(mode, cl), 3, False, dt, elements=n + 1)
+                assert cpu_kernel_wins(cpu_cfg(mode, cl), 2, True, dt, elements=n)
+                assert cpu_kernel_wins(cpu_cfg(mode, cl, final=True), 2, False, dt, elements=n)
+                assert cpu_kernel_wins(cpu_cfg(mode, cl), 3, False, dt, elements=n + 1)
 
 
 @pytest.mark.parametrize("W", [1, 2, 3])
@@ -265,11 +267,9 @@ def test_cpu_short_forward_takes_xla_outside_training(W, cl, no_small_rule, monk
     # (a vjp too: its forward is the differentiated one)
     assert _calls(lambda x, w: jax.vjp(conv("auto"), x, w)[0], x, w) == (1, 0)
     # past the size bound (moved under x's bytes here) the kernel
-    monkeypatch.setattr(routing, "CPU_XLA_FORWARD_MAX_BYTES", x.nbytes - 1)
-    jax.clear_caches()
+    _set_forward_bound(monkeypatch, x.nbytes - 1)
     assert _calls(conv("auto"), x, w) == (1, 0) and _calls(conv("auto", s), x, w) == (1, 0)
-    monkeypatch.setattr(routing, "CPU_XLA_FORWARD_MAX_BYTES", x.nbytes)
-    jax.clear_caches()
+    _set_forward_bound(monkeypatch, x.nbytes)
     assert _calls(conv("auto"), x, w) == (0 if routed else 1, 0)
     # the same values either way
     np.testing.assert_allclose(conv("auto", s)(x, w), conv("ffi", s)(x, w), rtol=1e-5, atol=1e-5)
