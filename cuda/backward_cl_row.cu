@@ -1,6 +1,6 @@
 // Channels-last backward over whole aligned channel vectors (see
-// cl_row.cuh): each thread owns kV channels and a slice of kClBwdSteps
-// steps, stages x and dy through shared memory with cp.async a group of
+// cl_row.cuh): each thread owns kV channels and a slice of `steps` steps
+// (the plan's), stages x and dy through shared memory with cp.async a group of
 // steps ahead (double buffered), and walks forwards:
 //   g[t] = dy[t] act'(pre[t]) (zero on padding),  dweight[k] += g[t] tap_k(t),
 //   dx[p] = sum_k w[k] g[p + H - k]  (outputs of p's sequence),
@@ -17,8 +17,6 @@
 namespace jcc::cuda {
 namespace {
 
-constexpr int kBlockSteps = kClY * kClBwdSteps;
-
 // Steps per staged group: 8 x 2 tensors x kV * sizeof(T) bytes per thread,
 // two groups in flight (double buffer).
 template <typename T>
@@ -28,7 +26,7 @@ struct ClRowStage {
 
 template <typename T, int kW, ClMask kMask>
 __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
-    BwdClRowKernel(const ConvArgs a, int64_t nchunk, float* ws) {
+    BwdClRowKernel(const ConvArgs a, int64_t nchunk, int steps, float* ws) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClBwdVec(sizeof(T), kW), U = ClRowStage<T>::kU;
   constexpr int kThreadsPerBlock = kClX * kClY;
@@ -36,13 +34,13 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
   // stage[buffer][tensor: x, dy][step][thread]
   __shared__ Raw stage[2][2][U][kThreadsPerBlock];
   __shared__ float red[kClY][kClX][kV * (kW + 1)];
-  __shared__ ClIdsOf<kBlockSteps, kMasked> ids;
+  __shared__ ClIdsOf<kClY * ClBwdMaxSteps(kW), kMasked> ids;
   const int tid = threadIdx.y * kClX + threadIdx.x;
   const int64_t D = a.dim, L = a.len;
   const ClBlock blk = LocateClBlock<kV>(D, nchunk);
   const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
-  const int64_t ts = (chunk * kClY + threadIdx.y) * kClBwdSteps;
-  const int64_t te = Min64(L, ts + kClBwdSteps);
+  const int64_t ts = (chunk * kClY + threadIdx.y) * steps;
+  const int64_t te = Min64(L, ts + steps);
   const bool active = c0 < D && ts < te;
   const bool silu = a.act == Activation::kSilu;
   const int W = int(a.width), pad = kW - W;
@@ -81,7 +79,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
     LoadClHistory<T, kV, H>(a, xb, b, c0, ts, xw);
   }
   if constexpr (kMasked) {
-    ids.Stage(a, b, chunk * kBlockSteps);
+    ids.Stage(a, b, chunk * kClY * steps, kClY * steps);
     __syncthreads();
   }
   if (active) {
@@ -245,39 +243,42 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
 }
 
 template <typename T, int kW>
-cudaError_t Launch(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream) {
-  const dim3 grid(unsigned(ClBlocks(a.batch, nchunk, a.dim, ClBwdVec(sizeof(T), kW))));
+cudaError_t Launch(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
+  const dim3 grid(unsigned(ClBlocks(a.batch, p.nchunk, a.dim, ClBwdVec(sizeof(T), kW))));
   const dim3 block(kClX, kClY);
   return WithClMask<kW>(a, [&](auto mask) {
-    BwdClRowKernel<T, kW, decltype(mask)::value><<<grid, block, 0, stream>>>(a, nchunk, ws);
+    BwdClRowKernel<T, kW, decltype(mask)::value><<<grid, block, 0, stream>>>(a, p.nchunk, p.steps, ws);
     return cudaGetLastError();
   });
 }
 
 template <typename T>
-cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, float* ws, cudaStream_t stream) {
+cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
+  if (p.steps < kClBwdSteps || p.steps % 8 != 0 || p.steps > ClBwdMaxSteps(WidthBucket(int(a.width))))
+    return cudaErrorInvalidValue;
   return WithWidthBucket(int(a.width), [&](auto w) {
-    return Launch<T, decltype(w)::value>(a, nchunk, ws, stream);
+    return Launch<T, decltype(w)::value>(a, p, ws, stream);
   });
 }
 
 }  // namespace
 
-int64_t ClRowChunks(const ConvArgs& a, bool backward) {
-  const int64_t steps = int64_t(kClY) * (backward ? kClBwdSteps : ClFwdSteps(WidthBucket(int(a.width))));
-  const int64_t vec = ClRowVec(a, backward);
-  const int64_t nchunk = CeilDiv(a.len, steps);
-  return ClBlocks(a.batch, nchunk, a.dim, int(vec)) <= INT_MAX ? nchunk : 0;
-}
-
-int ClRowVec(const ConvArgs& a, bool backward) {
-  const int bucket = WidthBucket(int(a.width)), bytes = DTypeBytes(a.x_dtype);
-  return backward ? ClBwdVec(bytes, bucket) : ClFwdVec(bytes, bucket);
+int ClBwdBlocksPerSm(const ConvArgs& a) {
+  int n = 1;
+  WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
+    return WithWidthBucket(int(a.width), [&](auto w) {
+      return WithClMask<decltype(w)::value>(a, [&](auto mask) {
+        n = BlocksPerSm<BwdClRowKernel<decltype(t), decltype(w)::value, decltype(mask)::value>, kClX * kClY>();
+        return cudaSuccess;
+      });
+    });
+  });
+  return n;
 }
 
 cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   return WithFloatType(a.x_dtype, cudaErrorNotSupported,
-                       [&](auto t) { return LaunchT<decltype(t)>(a, p.nchunk, ws, stream); });
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p, ws, stream); });
 }
 
 }  // namespace jcc::cuda

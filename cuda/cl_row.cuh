@@ -24,9 +24,17 @@ constexpr int kClX = 32;
 constexpr int kClY = 4;
 // Time steps per thread, forward: more as the width grows, where each
 // slice's set-up (its taps, the history of W - 1 steps read again) costs
-// more and a thread holds fewer channels.
+// more and a thread holds fewer channels. A call takes the bucket's base
+// slice or twice it (cl_row_plan.cu chooses from the grid's size); the
+// kernels size their ids for the longer.
 __host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 4 ? 32 : kW <= 8 ? 64 : 128; }
-constexpr int kClBwdSteps = 128;  // time steps per thread, backward
+__host__ __device__ constexpr int ClFwdMaxSteps(int kW) { return 2 * ClFwdSteps(kW); }
+// Time steps per thread, backward: kClBwdSteps or twice it (cl_row_plan.cu;
+// W <= 4 has no shared memory left for more ids); never fewer, as a
+// block's partial weight sums must cover at least BackwardChunkSteps
+// (csrc/problem.h) steps.
+constexpr int kClBwdSteps = 128;
+__host__ __device__ constexpr int ClBwdMaxSteps(int kW) { return kW <= 4 ? 128 : 256; }
 
 // Channels per thread: the forward's word is 16, 8 or 4 bytes as the width
 // bucket grows; the backward keeps 4 channels (W <= 4), then 2, then 1, in
@@ -105,13 +113,14 @@ __device__ __forceinline__ void LoadClHistory(const ConvArgs& a, const T* xb, in
   }
 }
 
-// The block's per-step sequence data: ids of steps [t_lo - kPad, t_lo + kSteps
+// The block's per-step sequence data: ids of steps [t_lo - kPad, t_lo + steps
 // + kPad) (kSeqIdx: seq_idx, kHistory before 0; kVarlen: the sequence index,
-// kNoId outside [0, len)), and (kVarlen) each step's sequence start.
-template <int kSteps>
+// kNoId outside [0, len)), and (kVarlen) each step's sequence start; steps
+// (the block's, at most kMaxSteps) given to Stage.
+template <int kMaxSteps>
 struct ClIds {
   static constexpr int kPad = 16;
-  static constexpr int kN = kSteps + 2 * kPad;
+  static constexpr int kN = kMaxSteps + 2 * kPad;
   int32_t id[kN];
   int32_t start[kN];  // relative to t_lo, floored at -2 kPad (only p >= start tests are made)
   int64_t t_lo;
@@ -119,11 +128,11 @@ struct ClIds {
   __device__ __forceinline__ int64_t Start(int64_t t) const { return t_lo + start[t - t_lo + kPad]; }
 
   // Block-wide; then __syncthreads().
-  __device__ void Stage(const ConvArgs& a, int64_t b, int64_t lo) {
+  __device__ void Stage(const ConvArgs& a, int64_t b, int64_t lo, int steps) {
     const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
     if (tid == 0) t_lo = lo;
     const int32_t hist = a.mode == SegmentMode::kSeqIdx ? HistoryId(a, b) : kNoId;
-    for (int i = tid; i < kN; i += nthreads) {
+    for (int i = tid; i < steps + 2 * kPad; i += nthreads) {
       const int64_t t = lo - kPad + i;
       if (a.mode == SegmentMode::kSeqIdx) {
         id[i] = IdAt(a, b, t, hist);
@@ -143,8 +152,8 @@ struct NoClIds {
   __device__ __forceinline__ int64_t Start(int64_t) const { return 0; }
 };
 
-template <int kSteps, bool kMasked>
-using ClIdsOf = std::conditional_t<kMasked, ClIds<kSteps>, NoClIds>;
+template <int kMaxSteps, bool kMasked>
+using ClIdsOf = std::conditional_t<kMasked, ClIds<kMaxSteps>, NoClIds>;
 
 // The sequence masks a row kernel compiles: none (one sequence per row);
 // seq_idx only, every width (each tap's mask from a window of ids kept in

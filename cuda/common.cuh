@@ -230,6 +230,19 @@ __host__ __device__ __forceinline__ constexpr bool TapPresent(int k, int pad) { 
 // Ceil division for launch sizes.
 __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Blocks of kKernel (kThreads a block, kSmem bytes of dynamic shared
+// memory, at most the default 48 KiB) that one SM holds at once: the
+// runtime's occupancy for its registers and shared memory, asked once; at
+// least 1.
+template <auto kKernel, int kThreads, size_t kSmem = 0>
+int BlocksPerSm() {
+  static const int n = [] {
+    int b = 0;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kThreads, kSmem) == cudaSuccess && b > 0 ? b : 1;
+  }();
+  return n;
+}
+
 // Launch of a family kernel with `smem` bytes of dynamic shared memory
 // beside `static_smem` bytes of its own (past 48 KiB together, the kernel's
 // limit is raised first; per launch: the setting is per device).

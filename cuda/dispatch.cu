@@ -1,6 +1,7 @@
 // The one dispatch of the convolution kernels: which family runs a call
 // (launchers.h lists them) is decided here, from the problem alone, once;
 // the family's launcher then picks its typed kernel for the dtype and width.
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 
@@ -78,6 +79,19 @@ int64_t ForwardSpanChunks(const ConvArgs& a) {
 
 }  // namespace
 
+int CurrentDeviceSms(cudaError_t* err) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> sms_of[kMaxDevices] = {};
+  int device = 0, sms = 0;
+  *err = cudaGetDevice(&device);
+  if (*err != cudaSuccess) return 0;
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached && (sms = sms_of[device].load(std::memory_order_relaxed)) > 0) return sms;
+  *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (*err == cudaSuccess && cached) sms_of[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
 ForwardPlan PlanForward(const ConvArgs& a) {
   ForwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
@@ -98,7 +112,7 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   } else if (WideClFits(a, a.residual, a.y) && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWideCl;
   } else if (ClRowFits(a, false, a.residual, a.y) &&
-             (p.nchunk = ClRowChunks(a, false)) > 0) {
+             (p.nchunk = ClRowChunks(a, false, &p.steps)) > 0) {
     p.family = ForwardPlan::kClRow;
   } else {
     p.family = ForwardPlan::kTile;
@@ -116,7 +130,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWideCl;
-  } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true)) > 0) {
+  } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true, &p.steps)) > 0) {
     p.family = BackwardPlan::kClRow;
   } else {
     p = TileBackwardPlan(a);

@@ -1,5 +1,6 @@
 // Channels-last forward over whole aligned channel vectors (see cl_row.cuh):
-// each thread owns kV channels and a slice of ClFwdSteps steps, and stages
+// each thread owns kV channels and a slice of `steps` steps (the plan's:
+// ClFwdSteps or twice it), and stages
 // x (and the residual) through shared memory with cp.async one group of
 // steps ahead, so loads stay in flight while it computes; the last W - 1
 // inputs stay in registers. final_states are written by states.cu.
@@ -29,11 +30,10 @@ __device__ __forceinline__ void WithFirstTap(int pad, Run&& run) {
 
 template <typename T, int kW, ClMask kMask>
 __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
-    FwdClRowKernel(const ConvArgs a, int64_t nchunk) {
+    FwdClRowKernel(const ConvArgs a, int64_t nchunk, int steps) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
   constexpr int kThreadsPerBlock = kClX * kClY;
-  constexpr int kSteps = ClFwdSteps(kW), kBlockSteps = kClY * kSteps;
   // Whole groups unrolled (StepKind) past W = 4; at W <= 4 (words of 8
   // channels at 16-bit types) they measured slower than the step loop
   // (docs/performance-log.md, 2026-11-26, sixth session).
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   // stage[buffer][tensor: x, residual][step][thread], dynamic: the residual
   // half only when there is a residual
   extern __shared__ uint4 smem_raw[];
-  __shared__ ClIdsOf<kBlockSteps, kMasked> ids;
+  __shared__ ClIdsOf<kClY * ClFwdMaxSteps(kW), kMasked> ids;
   const bool has_res = a.residual != nullptr;
   auto slot = [&](int buf, int tensor, int u) -> Raw& {
     Raw* base = reinterpret_cast<Raw*>(smem_raw);
@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   const int64_t D = a.dim, L = a.len;
   const ClBlock blk = LocateClBlock<kV>(a.dim, nchunk);
   const int64_t b = blk.b, chunk = blk.chunk, c0 = blk.c0;
-  const int64_t ts = (chunk * kClY + threadIdx.y) * kSteps;
-  const int64_t te = Min64(L, ts + kSteps);
+  const int64_t ts = (chunk * kClY + threadIdx.y) * steps;
+  const int64_t te = Min64(L, ts + steps);
   const bool mine = c0 < D && ts < te;
   const int W = int(a.width), pad = kW - W;
   const T* xb = static_cast<const T*>(a.x) + b * L * D + c0;
@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
     LoadClHistory<T, kV, H>(a, xb, b, c0, ts, win);
   }
   if constexpr (kMasked) {
-    ids.Stage(a, b, chunk * kBlockSteps);
+    ids.Stage(a, b, chunk * kClY * steps, kClY * steps);
     __syncthreads();
   }
   if (!mine) return;  // (after the block's barrier)
@@ -209,28 +209,53 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   }
 }
 
+// The staging buffers' bytes (dynamic shared memory).
 template <typename T, int kW>
-cudaError_t Launch(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
+constexpr size_t StageBytes(bool residual) {
+  return size_t(2) * (residual ? 2 : 1) * kStage * kClX * kClY * ClFwdVec(sizeof(T), kW) * sizeof(T);
+}
+
+template <typename T, int kW>
+cudaError_t Launch(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   constexpr int kV = ClFwdVec(sizeof(T), kW);
-  const size_t smem = size_t(2) * (a.residual ? 2 : 1) * kStage * kClX * kClY * kV * sizeof(T);
+  const size_t smem = StageBytes<T, kW>(a.residual != nullptr);
   return WithClMask<kW>(a, [&](auto mask) {
-    return LaunchWithSmem(FwdClRowKernel<T, kW, decltype(mask)::value>, ClBlocks(a.batch, nchunk, a.dim, kV),
-                          dim3(kClX, kClY), smem, 0, stream, a, nchunk);
+    return LaunchWithSmem(FwdClRowKernel<T, kW, decltype(mask)::value>, ClBlocks(a.batch, p.nchunk, a.dim, kV),
+                          dim3(kClX, kClY), smem, 0, stream, a, p.nchunk, p.steps);
   });
 }
 
 template <typename T>
-cudaError_t LaunchT(const ConvArgs& a, int64_t nchunk, cudaStream_t stream) {
+cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+  if (p.steps <= 0 || p.steps % kStage != 0 || p.steps > ClFwdMaxSteps(WidthBucket(int(a.width))))
+    return cudaErrorInvalidValue;
   return WithWidthBucket(int(a.width), [&](auto w) {
-    return Launch<T, decltype(w)::value>(a, nchunk, stream);
+    return Launch<T, decltype(w)::value>(a, p, stream);
   });
 }
 
 }  // namespace
 
+int ClFwdBlocksPerSm(const ConvArgs& a) {
+  int n = 1;
+  WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
+    return WithWidthBucket(int(a.width), [&](auto w) {
+      return WithClMask<decltype(w)::value>(a, [&](auto mask) {
+        using T = decltype(t);
+        constexpr int kW = decltype(w)::value;
+        constexpr auto kKernel = FwdClRowKernel<T, kW, decltype(mask)::value>;
+        n = a.residual ? BlocksPerSm<kKernel, kClX * kClY, StageBytes<T, kW>(true)>()
+                       : BlocksPerSm<kKernel, kClX * kClY, StageBytes<T, kW>(false)>();
+        return cudaSuccess;
+      });
+    });
+  });
+  return n;
+}
+
 cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   return WithFloatType(a.x_dtype, cudaErrorNotSupported,
-                       [&](auto t) { return LaunchT<decltype(t)>(a, p.nchunk, stream); });
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p, stream); });
 }
 
 }  // namespace jcc::cuda

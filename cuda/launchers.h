@@ -20,8 +20,9 @@
 //   kWideCl (forward_wide_cl.cu, backward_wide_cl.cu, wide_cl.cuh):
 //     channels-last, dense x of whole aligned groups of kWideClCh channels,
 //     one sequence per row or seq_idx, W > 16 (the wide family's work);
-//   kClRow (forward_cl_row.cu, backward_cl_row.cu): channels-last, whole
-//     aligned channel vectors, dense x, every sequence mode, W <= 16;
+//   kClRow (forward_cl_row.cu, backward_cl_row.cu, cl_row.cuh; its plan
+//     in cl_row_plan.cu): channels-last, whole aligned channel vectors,
+//     dense x, every sequence mode, W <= 16;
 //   kTile (forward_tile.cu, backward_tile.cu, tile.cuh): everything else:
 //     any layout, width, alignment, strides and sequence mode.
 // states.cu holds the per-state-row kernels (final states, the initial-state
@@ -62,6 +63,7 @@ struct ForwardPlan {
   int64_t spans_per_row = 0;  // kStream: warp spans per row; kMma(Cl), kWide(Cl): spans per row
   int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx at W <= 8)
   int64_t nchunk = 0;         // kClRow: time chunks per row
+  int steps = 0;              // kClRow: time steps a thread walks
 };
 
 struct BackwardPlan {
@@ -70,6 +72,7 @@ struct BackwardPlan {
   int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
   int64_t nparts = 0;   // partial sums per (weight group, channel)
+  int steps = 0;        // kClRow: time steps a thread walks
 };
 
 ForwardPlan PlanForward(const ConvArgs& a);
@@ -93,8 +96,12 @@ cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cu
 int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chunks_per_span);
 int64_t WideSpans(const ConvArgs& a);  // spans per row, either wide family
 constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family
-int64_t ClRowChunks(const ConvArgs& a, bool backward);
+// kClRow (cl_row_plan.cu): time chunks per row; *steps gets the time steps
+// a thread walks.
+int64_t ClRowChunks(const ConvArgs& a, bool backward, int* steps);
 int ClRowVec(const ConvArgs& a, bool backward);  // channels per thread
+int ClFwdBlocksPerSm(const ConvArgs& a);  // blocks an SM holds of the call's forward kernel
+int ClBwdBlocksPerSm(const ConvArgs& a);  // and of its backward kernel
 BackwardPlan TileBackwardPlan(const ConvArgs& a);
 
 // The decode hot paths (update_vec.cu, update_cl_vec.cu, update_ring_cf.cu):
@@ -103,6 +110,11 @@ BackwardPlan TileBackwardPlan(const ConvArgs& a);
 bool UpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err);
 bool UpdateClVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err);
 bool UpdateRingCf(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err);
+
+// The current device's SM count, asked of the runtime once per device (the
+// query is host time on every decode step: docs/performance-log.md);
+// dispatch.cu.
+int CurrentDeviceSms(cudaError_t* err);
 
 // states.cu
 cudaError_t FinalStates(const ConvArgs& a, cudaStream_t stream);

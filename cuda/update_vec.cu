@@ -9,7 +9,6 @@
 // several rows per thread with the next row's loads in flight while the
 // current one is computed.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "launchers.h"
@@ -201,19 +200,6 @@ bool TryUpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
 }
 
 }  // namespace
-
-int CurrentDeviceSms(cudaError_t* err) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> sms_of[kMaxDevices] = {};
-  int device = 0, sms = 0;
-  *err = cudaGetDevice(&device);
-  if (*err != cudaSuccess) return 0;
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached && (sms = sms_of[device].load(std::memory_order_relaxed)) > 0) return sms;
-  *err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (*err == cudaSuccess && cached) sms_of[device].store(sms, std::memory_order_relaxed);
-  return sms;
-}
 
 bool UpdateVec(const UpdateArgs& u, cudaStream_t stream, cudaError_t* err) {
   return WithFloatType(u.x_dtype, false,

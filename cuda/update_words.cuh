@@ -149,19 +149,11 @@ __device__ __forceinline__ void LoadChannelWeights(const UpdateArgs& u, int64_t 
 
 inline bool Aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// The current device's SM count, asked of the runtime once per device (the
-// query is host time on every decode step: docs/performance-log.md).
-int CurrentDeviceSms(cudaError_t* err);
-
 // Threads of kKernel (kUpdateThreads a block) that a GPU of `sms` SMs holds
 // at once; its occupancy asked once.
 template <auto kKernel>
 int64_t ResidentThreads(int sms) {
-  static const int blocks_per_sm = [] {
-    int b = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kKernel, kUpdateThreads, 0) == cudaSuccess ? b : 1;
-  }();
-  return int64_t(sms > 1 ? sms : 1) * (blocks_per_sm > 1 ? blocks_per_sm : 1) * kUpdateThreads;
+  return int64_t(sms > 1 ? sms : 1) * BlocksPerSm<kKernel, kUpdateThreads>() * kUpdateThreads;
 }
 
 }  // namespace jcc::cuda

@@ -260,6 +260,43 @@ for W, S, SL, D in ((4, 3, 6, 40), (6, 5, 7, 40), (10, 3, 9, 40), (4, 1, 6, 256)
                                                                    **clkw, **kw))
                 agree(f(x, st), f(*(jax.device_put(a, cpu) for a in (x, st))), jnp.bfloat16, what)
 
+
+
+def cl_slice_case(dt, B, D, L, W, mode, steps, base):
+    """The channels-last row forward at its longer slice (JCC_CL_FWD_STEPS)
+    against the base slice: bit for bit."""
+    x = jnp.asarray(rng.standard_normal((B, L, D)), dt)
+    h = jnp.asarray(rng.standard_normal((B, W - 1, D)), dt)
+    r = jnp.asarray(rng.standard_normal((B, L, D)), dt)
+    w, b = jnp.asarray(rng.standard_normal((D, W)) / W, dt), jnp.asarray(rng.standard_normal((D,)), dt)
+    ids = np.zeros((B, L), np.int32)
+    ids[:, 300:] = 1
+    ids[:, 511:513] = [[2, 3]] * B
+    ids[:, -7:] = -1
+    s = jnp.asarray(ids) if mode == "seq" else None
+    def f(x, w, b, h, r):  # (jitted anew per setting: a CUDA graph keeps the launch it recorded)
+        return jax.jit(lambda x, w, b, h, r: jcc.causal_conv1d(
+            x, w, b, activation="silu", residual=r, seq_idx=s, initial_states=h,
+            return_final_states=True, channels_last=True, backend="ffi"))(x, w, b, h, r)
+
+    try:
+        os.environ["JCC_CL_FWD_STEPS"] = str(steps)
+        got = f(x, w, b, h, r)
+        os.environ["JCC_CL_FWD_STEPS"] = str(base)
+        want = f(x, w, b, h, r)
+    finally:
+        del os.environ["JCC_CL_FWD_STEPS"]
+    for a, e in zip(got, want):
+        assert np.array_equal(np.asarray(a, np.float32), np.asarray(e, np.float32)), ("cl slice", W, mode)
+
+
+# the channels-last row forward's longer slices (cases 96..98)
+for dt, (B, D, L), W, mode, steps, base in ((jnp.bfloat16, (2, 24, 1100), 11, "seq", 256, 128),
+                                            (jnp.float32, (1, 8, 2100), 16, "states", 256, 128),
+                                            (jnp.bfloat16, (2, 40, 1100), 8, "seq", 128, 64)):
+    case(("clslice", dt.__name__, B, D, L, W, mode))(
+        lambda c=(dt, B, D, L, W, mode, steps, base): cl_slice_case(*c))
+
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]

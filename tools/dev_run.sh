@@ -2,7 +2,7 @@
 # One development pass on the GPU machine, everything logged to $OUT:
 # build (sm_90), the GPU tests in three processes beside compute-sanitizer
 # memcheck on the probe, then the given commands (timings on an idle GPU).
-# TEST_FILES picks the test files (default tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_seq_idx_stream.py tests/test_gpu_fwd_span.py);
+# TEST_FILES picks the test files (default tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_seq_idx_stream.py tests/test_gpu_fwd_span.py tests/test_gpu_cl_slice.py);
 # SKIP_TESTS=1 skips the tests and memcheck (build, then the commands).
 #   tools/dev_run.sh "PYTEST_K" "cmd1" "cmd2" ...
 set -uo pipefail
@@ -15,7 +15,7 @@ K=${1:-}; shift || true
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 T=${TEST_TIMEOUT:-330}
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  ( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 ${TEST_FILES:-tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_seq_idx_stream.py tests/test_gpu_fwd_span.py} ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
+  ( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 ${TEST_FILES:-tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_seq_idx_stream.py tests/test_gpu_fwd_span.py tests/test_gpu_cl_slice.py} ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
     for part in 0 1 2 3; do
       timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
         $part 4 > "$OUT/memcheck$part.log" 2>&1 &

@@ -1,0 +1,68 @@
+// The channels-last rows' plan (cl_row.cuh): channels a thread, the time
+// steps a thread walks and the time chunks of a row.
+#include <climits>
+#include <cstdlib>
+
+#include "cl_row.cuh"
+#include "launchers.h"
+
+namespace jcc::cuda {
+namespace {
+
+// The slice, from W = 8 on (below it the longer slice measured level): the
+// bucket's base (forward ClFwdSteps, backward kClBwdSteps) or twice it,
+// whichever the grid's waves favour. A wave is the blocks the GPU holds at
+// once; its time is taken as its blocks' slice plus a set-up: the taps and
+// the history read again, and in the backward the partial weight sums
+// (each block's reduction, written and summed again by ReduceWeightGrads).
+// The set-ups in steps, half the base slice forward and twice it backward,
+// lie mid-range of those that picked the faster slice at every measured
+// cell (docs/performance-log.md, 2026-11-27, thirteenth session). The
+// longer slice halves the blocks: it wins where it saves a wave (1.3 waves
+// to 1) or halves many; it loses where the base grid was one wave already.
+constexpr int kLongSliceMinWidth = 8;
+
+int64_t Chunks(const ConvArgs& a, int64_t steps) { return CeilDiv(a.len, int64_t(kClY) * steps); }
+
+int Slice(const ConvArgs& a, bool backward, int base) {
+  if (WidthBucket(int(a.width)) < kLongSliceMinWidth) return base;
+  cudaError_t err = cudaSuccess;
+  const int64_t sms = CurrentDeviceSms(&err);
+  if (err != cudaSuccess) return base;
+  const int64_t slots = sms * (backward ? ClBwdBlocksPerSm(a) : ClFwdBlocksPerSm(a));
+  const int64_t setup = backward ? 2 * base : base / 2;
+  const int vec = ClRowVec(a, backward);
+  auto cost = [&](int64_t steps) {
+    return CeilDiv(ClBlocks(a.batch, Chunks(a, steps), a.dim, vec), slots) * (steps + setup);
+  };
+  return cost(2 * base) < cost(base) ? 2 * base : base;
+}
+
+// JCC_CL_FWD_STEPS (a multiple of 8 up to ClFwdMaxSteps) and
+// JCC_CL_BWD_STEPS (kClBwdSteps up to ClBwdMaxSteps) override the choice:
+// tests and diagnosis. Read at each call, so that one process can compare
+// settings (a call captured in a CUDA graph keeps what was read at capture).
+int StepsOverride(const char* name, int least, int most) {
+  const char* e = std::getenv(name);
+  if (e == nullptr) return 0;
+  const int v = std::atoi(e);
+  return v >= least && v % 8 == 0 && v <= most ? v : 0;
+}
+
+}  // namespace
+
+int64_t ClRowChunks(const ConvArgs& a, bool backward, int* steps) {
+  const int bucket = WidthBucket(int(a.width));
+  const int set = backward ? StepsOverride("JCC_CL_BWD_STEPS", kClBwdSteps, ClBwdMaxSteps(bucket))
+                           : StepsOverride("JCC_CL_FWD_STEPS", 8, ClFwdMaxSteps(bucket));
+  *steps = set ? set : Slice(a, backward, backward ? kClBwdSteps : ClFwdSteps(bucket));
+  const int64_t nchunk = Chunks(a, *steps);
+  return ClBlocks(a.batch, nchunk, a.dim, ClRowVec(a, backward)) <= INT_MAX ? nchunk : 0;
+}
+
+int ClRowVec(const ConvArgs& a, bool backward) {
+  const int bucket = WidthBucket(int(a.width)), bytes = DTypeBytes(a.x_dtype);
+  return backward ? ClBwdVec(bytes, bucket) : ClFwdVec(bytes, bucket);
+}
+
+}  // namespace jcc::cuda

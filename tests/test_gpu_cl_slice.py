@@ -1,0 +1,120 @@
+"""The channels-last row forward's slice: each thread walks the width
+bucket's base number of steps or twice it (cuda/cl_row_plan.cu chooses
+from the grid's size; JCC_CL_FWD_STEPS, a multiple of 8 up to the longest,
+overrides it at each call). Every slice, and the plan's own choice, must
+give the base slice's outputs bit for bit (the same arithmetic per output)
+and the CPU kernels' within the tolerance: each width bucket's slices
+(exact widths and the buckets 12 and 16 with pad taps), dense, seq_idx
+(padding, one-step segments, ids across slice edges) and varlen, with
+initial and final states, a residual (not varlen), and a row whose last
+slice is partial."""
+
+import numpy as np
+import pytest
+
+import jax.numpy as jnp
+
+import jax_causal_conv as jcc
+
+from gpu_support import GPU, MARKS, check, grads, inputs, run
+
+pytestmark = MARKS
+
+BASE = {3: 32, 7: 64, 8: 64, 11: 128, 16: 128}   # ClFwdSteps of W's bucket
+
+# (dtype, B, D, L, W, mode): L is no multiple of a block's steps (4 slices)
+CASES = [("bfloat16", 2, 72, 1000, 3, "dense"), ("float32", 2, 40, 1000, 3, "seq"),
+         ("bfloat16", 2, 40, 1100, 7, "seq"), ("float16", 1, 24, 1100, 8, "dense"),
+         ("float32", 2, 12, 2100, 11, "seq"), ("bfloat16", 1, 16, 2100, 11, "dense"),
+         ("bfloat16", 2, 20, 2100, 16, "seq"), ("float32", 1, 8, 2100, 16, "varlen"),
+         ("bfloat16", 1, 24, 1100, 7, "varlen")]
+
+
+def ids_for(rng, B, L):
+    ids = np.sort(rng.integers(0, 9, (B, L)), axis=1).astype(np.int32)
+    ids[:, 255:257] = [[20, 21]] * B      # one-step segments across a 256-step edge
+    ids[:, L - 13:] = -1                  # a padded tail
+    return jnp.asarray(ids)
+
+
+@pytest.mark.parametrize("dtype,B,D,L,W,mode", CASES)
+def test_every_slice_equals_base(monkeypatch, dtype, B, D, L, W, mode):
+    rng = np.random.default_rng(W + L)
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, True)
+    res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+    if mode == "varlen":  # (x (T, D): channels-last rows; no residual)
+        lens = [5, 1, L // 2 - 6, 2, L - L // 2 - 2]
+        cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
+        x = x[0]
+        init = jnp.asarray(rng.standard_normal((len(lens), D, W - 1)), x.dtype)
+
+        def f(x, w, b, r, h):
+            y1, s1 = jcc.causal_conv1d_varlen(x, w, b, cu_seqlens=cu, activation="silu",
+                                              initial_states=h, return_final_states=True,
+                                              backend="ffi")
+            return y1, s1, jcc.causal_conv1d_varlen(x, w, None, cu_seqlens=cu, backend="ffi")
+    else:
+        sidx = ids_for(rng, B, L) if mode == "seq" else None
+
+        def f(x, w, b, r, h):
+            y1, s1 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                                       return_final_states=True, residual=r, channels_last=True,
+                                       backend="ffi")
+            return y1, s1, jcc.causal_conv1d(x, w, None, seq_idx=sidx, channels_last=True,
+                                              backend="ffi")
+
+    # (a new program for each setting: a program replayed from a CUDA graph
+    # would keep the launch it recorded under the first)
+    args = (x, w, b, res, init)
+    base = BASE[W]
+    monkeypatch.setenv("JCC_CL_FWD_STEPS", str(base))
+    want = run(GPU, lambda *a: f(*a), *args)
+    for steps in (str(base // 2), str(2 * base), None):
+        if steps is None:
+            monkeypatch.delenv("JCC_CL_FWD_STEPS")
+        else:
+            monkeypatch.setenv("JCC_CL_FWD_STEPS", steps)
+        got = run(GPU, lambda *a: f(*a), *args)
+        for i, (g, e) in enumerate(zip(got, want)):
+            assert np.array_equal(g, e, equal_nan=True), f"steps {steps}, output {i}"
+    check(f, args, dtype, f"cl slice {dtype} L={L} W={W} {mode}")
+
+
+# The backward: 128 steps a thread, or 256 (JCC_CL_BWD_STEPS; never fewer,
+# the partial weight sums' workspace is sized for 512 steps a block). dx is
+# the same arithmetic at either (bit for bit); dweight / dbias / the
+# initial states' gradient sum their partials in another grouping, so they
+# are checked against the CPU kernels.
+BWD_CASES = [("bfloat16", 2, 40, 1100, 7, "seq"), ("float32", 2, 12, 2100, 11, "seq"),
+             ("bfloat16", 1, 20, 2100, 16, "dense"), ("float32", 1, 8, 2100, 13, "varlen")]
+
+
+@pytest.mark.parametrize("dtype,B,D,L,W,mode", BWD_CASES)
+def test_backward_slices(monkeypatch, dtype, B, D, L, W, mode):
+    rng = np.random.default_rng(W + L + 1)
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, True)
+    if mode == "varlen":
+        lens = [5, 1, L // 2 - 6, 2, L - L // 2 - 2]
+        cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
+        x = x[0]
+        init = jnp.asarray(rng.standard_normal((len(lens), D, W - 1)), x.dtype)
+
+        def f(x, w, b, h):
+            return jcc.causal_conv1d_varlen(x, w, b, cu_seqlens=cu, activation="silu",
+                                            initial_states=h, return_final_states=True,
+                                            backend="ffi")
+    else:
+        sidx = ids_for(rng, B, L) if mode == "seq" else None
+
+        def f(x, w, b, h):
+            return jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                                     return_final_states=True, channels_last=True, backend="ffi")
+
+    g = grads(f, (0, 1, 2, 3))
+    args = (x, w, b, init)
+    monkeypatch.setenv("JCC_CL_BWD_STEPS", "128")
+    want = run(GPU, lambda *a: g(*a), *args)
+    monkeypatch.setenv("JCC_CL_BWD_STEPS", "256")
+    got = run(GPU, lambda *a: g(*a), *args)
+    assert np.array_equal(got[1][0], want[1][0], equal_nan=True), "dx"
+    check(g, args, dtype, f"cl backward slice 256 {dtype} L={L} W={W} {mode}")
