@@ -14,20 +14,6 @@ namespace {
 
 constexpr int kStage = 8;        // steps per staged group
 
-// The buckets 12 and 16 skip their absent leading taps (pad = kW - W) by a
-// test per tap (an input read by a zero tap could be Inf: 0 * Inf = NaN).
-// A group whose width fills its bucket compiles the tests away:
-// `run(first)` gets the first present tap, 0 there (a constant). (The
-// backward's groups measured slower with the same split: not there.)
-template <int kW, typename Run>
-__device__ __forceinline__ void WithFirstTap(int pad, Run&& run) {
-  if (kW > 8 && pad == 0) {
-    run(0);
-  } else {
-    run(pad);
-  }
-}
-
 template <typename T, int kW, ClMask kMask>
 __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
     FwdClRowKernel(const ConvArgs a, int64_t nchunk, int steps) {
@@ -99,9 +85,10 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   // partial group; every group at W <= 4; kAny's mixed groups) read the
   // activation at run time; kMasked ones mask taps by the id window; kDense
   // ones lie in a window of one sequence (no masks). kAct: the activation
-  // known at compile time (0: read `silu`, 1: none, 2: SiLU).
-  // first: the first present tap (pad, or 0 in a group that knows W = kW).
-  auto step = [&](int64_t tt, const Raw xr, int buf, int u, auto kind, auto act, int first) {
+  // known at compile time (0: read `silu`, 1: none, 2: SiLU). The buckets
+  // 12 and 16 skip their absent leading taps (k < pad) by a test per tap
+  // (an input read by a zero tap could be Inf: 0 * Inf = NaN).
+  auto step = [&](int64_t tt, const Raw xr, int buf, int u, auto kind, auto act) {
     constexpr bool kM = kMasked && decltype(kind)::value != StepKind::kDense;
     constexpr bool kIdsM = kIds && kM;
     constexpr int kAct = decltype(act)::value;
@@ -126,15 +113,15 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
       if constexpr (kIdsM) {  // (a select: an input of another sequence is never multiplied)
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (TapPresent<kW>(k, first)) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
+          if (TapPresent<kW>(k, pad)) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
       } else if (clean) {
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (TapPresent<kW>(k, first)) acc += w[k][c] * win[k][c];
+          if (TapPresent<kW>(k, pad)) acc += w[k][c] * win[k][c];
       } else if (live) {
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (TapPresent<kW>(k, first)) {
+          if (TapPresent<kW>(k, pad)) {
             const float v = kM && ids.Id(tt - H + k) != id
                                 ? MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c) : win[k][c];
             acc += w[k][c] * v;
@@ -165,17 +152,15 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   using Dense = std::integral_constant<StepKind, StepKind::kDense>;
   // A whole group of U steps, unrolled (the window moves by renaming).
   auto full_group = [&](int64_t t, int buf, auto kind) {
-    WithFirstTap<kW>(pad, [&](int first) {
-      if (silu) {
+    if (silu) {
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-          step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 2>(), first);
-      } else {
+      for (int u = 0; u < U; ++u)
+        step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 2>());
+    } else {
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-          step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 1>(), first);
-      }
-    });
+      for (int u = 0; u < U; ++u)
+        step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 1>());
+    }
   };
   // A group of padding (ids < 0, inside the slice): y = 0 (plus the
   // residual) at every step.
@@ -204,7 +189,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
         [&] { padding_group(t, buf); }, [&] { full_group(t, buf, Masked()); },
         [&] {
           for (int u = 0; u < U && t + u < te; ++u)
-            step(t + u, slot(buf, 0, u), buf, u, Checked(), std::integral_constant<int, 0>(), pad);
+            step(t + u, slot(buf, 0, u), buf, u, Checked(), std::integral_constant<int, 0>());
         });
   }
 }
