@@ -1,6 +1,8 @@
 // The one dispatch of the convolution kernels: which family runs a call
-// (launchers.h lists them) is decided here, from the problem alone, once;
-// the family's launcher then picks its typed kernel for the dtype and width.
+// (launchers.h lists them) is decided here, from the problem, once (with
+// the family's launch geometry: for the channels-last rows also from the
+// device's SMs); the family's launcher then picks its typed kernel for the
+// dtype and width.
 #include <atomic>
 #include <climits>
 #include <cstdlib>

@@ -60,6 +60,23 @@ def check(f, args, dtype, what=""):
     return got
 
 
+def same_under_settings(monkeypatch, env, reference, settings, f, args):
+    """f's outputs on the GPU with the environment variable `env` at each of
+    `settings` (None: unset) equal, bit for bit, those with it at
+    `reference`. (A new program for each setting: one replayed from a CUDA
+    graph would keep the launch it recorded under the first.)"""
+    monkeypatch.setenv(env, reference)
+    want = run(GPU, lambda *a: f(*a), *args)
+    for value in settings:
+        if value is None:
+            monkeypatch.delenv(env)
+        else:
+            monkeypatch.setenv(env, value)
+        got = run(GPU, lambda *a: f(*a), *args)
+        for i, (g, e) in enumerate(zip(got, want)):
+            assert np.array_equal(g, e, equal_nan=True), f"{env}={value}, output {i}"
+
+
 def same_entries(got, want, dtype):
     """Every output alike, entry by entry: the same non-finite entries, the
     finite ones within REL[dtype] (check's twin for outputs expected to

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 import jax_causal_conv as jcc
 
-from gpu_support import GPU, MARKS, check, grads, inputs, run
+from gpu_support import GPU, MARKS, check, grads, inputs, run, same_under_settings
 
 pytestmark = MARKS
 
@@ -63,20 +63,10 @@ def test_every_slice_equals_base(monkeypatch, dtype, B, D, L, W, mode):
             return y1, s1, jcc.causal_conv1d(x, w, None, seq_idx=sidx, channels_last=True,
                                               backend="ffi")
 
-    # (a new program for each setting: a program replayed from a CUDA graph
-    # would keep the launch it recorded under the first)
     args = (x, w, b, res, init)
     base = BASE[W]
-    monkeypatch.setenv("JCC_CL_FWD_STEPS", str(base))
-    want = run(GPU, lambda *a: f(*a), *args)
-    for steps in (str(base // 2), str(2 * base), None):
-        if steps is None:
-            monkeypatch.delenv("JCC_CL_FWD_STEPS")
-        else:
-            monkeypatch.setenv("JCC_CL_FWD_STEPS", steps)
-        got = run(GPU, lambda *a: f(*a), *args)
-        for i, (g, e) in enumerate(zip(got, want)):
-            assert np.array_equal(g, e, equal_nan=True), f"steps {steps}, output {i}"
+    same_under_settings(monkeypatch, "JCC_CL_FWD_STEPS", str(base),
+                        (str(base // 2), str(2 * base), None), f, args)
     check(f, args, dtype, f"cl slice {dtype} L={L} W={W} {mode}")
 
 

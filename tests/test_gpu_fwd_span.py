@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 import jax_causal_conv as jcc
 
-from gpu_support import GPU, MARKS, check, inputs, run
+from gpu_support import MARKS, check, inputs, same_under_settings
 
 pytestmark = MARKS
 
@@ -56,17 +56,6 @@ def test_walk_equals_one_chunk(monkeypatch, dtype, B, D, L, W, mode):
         y2 = jcc.causal_conv1d(x, w, None, seq_idx=sidx, backend="ffi")  # no bias, activation, states
         return y1, s1, y2
 
-    # (a new program for each setting: a program replayed from a CUDA graph
-    # would keep the launch it recorded under the first)
     args = (x, w, b, res, init)
-    monkeypatch.setenv("JCC_FWD_SPAN", "1")
-    one = run(GPU, lambda *a: f(*a), *args)
-    for span in ("2", "4", None):
-        if span is None:
-            monkeypatch.delenv("JCC_FWD_SPAN")
-        else:
-            monkeypatch.setenv("JCC_FWD_SPAN", span)
-        walk = run(GPU, lambda *a: f(*a), *args)
-        for i, (a, e) in enumerate(zip(walk, one)):
-            assert np.array_equal(a, e, equal_nan=True), f"span {span}, output {i}"
+    same_under_settings(monkeypatch, "JCC_FWD_SPAN", "1", ("2", "4", None), f, args)
     check(f, args, dtype, f"walk {dtype} L={L} W={W} {mode}")
