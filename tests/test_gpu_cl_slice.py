@@ -1,5 +1,6 @@
-"""The channels-last row forward's slice: each thread walks the width
-bucket's base number of steps or twice it (cuda/cl_row_plan.cu chooses
+"""The channels-last row kernels' slice (the backward's: below). In the
+forward each thread walks the width bucket's base number of steps or twice
+it (cuda/cl_row_plan.cu chooses
 from the grid's size; JCC_CL_FWD_STEPS, a multiple of 8 up to the longest,
 overrides it at each call). Every slice, and the plan's own choice, must
 give the base slice's outputs bit for bit (the same arithmetic per output)
