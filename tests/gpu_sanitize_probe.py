@@ -204,6 +204,21 @@ for cl in (False, True) if CL_DECODE else ():
 
 
 
+def same_under_env(name, value, reference, run, what):
+    """run()'s outputs with the environment variable `name` at `value` equal,
+    bit for bit, those at `reference` (run jits anew at each call: a program
+    replayed from a CUDA graph keeps the launch it recorded)."""
+    try:
+        os.environ[name] = value
+        got = run()
+        os.environ[name] = reference
+        want = run()
+    finally:
+        del os.environ[name]
+    for a, e in zip(got, want):
+        assert np.array_equal(np.asarray(a, np.float32), np.asarray(e, np.float32)), what
+
+
 def walk_case(dt, B, D, L, W, mode):
     """The streaming forward walking 4 chunks a warp (JCC_FWD_SPAN=4)
     against one chunk a warp (JCC_FWD_SPAN=1): bit for bit."""
@@ -215,20 +230,10 @@ def walk_case(dt, B, D, L, W, mode):
     ids[:, L // 3:] = 1
     ids[:, -7:] = -1
     s = jnp.asarray(ids) if mode == "seq" else None
-    def f(x, w, b, h, r):  # (jitted anew per setting: a CUDA graph keeps the launch it recorded)
-        return jax.jit(lambda x, w, b, h, r: jcc.causal_conv1d(
-            x, w, b, activation="silu", residual=r, seq_idx=s, initial_states=h,
-            return_final_states=True, backend="ffi"))(x, w, b, h, r)
-
-    try:
-        os.environ["JCC_FWD_SPAN"] = "4"
-        got = f(x, w, b, h, r)
-        os.environ["JCC_FWD_SPAN"] = "1"
-        want = f(x, w, b, h, r)
-    finally:
-        del os.environ["JCC_FWD_SPAN"]
-    for a, e in zip(got, want):
-        assert np.array_equal(np.asarray(a, np.float32), np.asarray(e, np.float32)), ("walk", W, mode)
+    run = lambda: jax.jit(lambda x, w, b, h, r: jcc.causal_conv1d(  # noqa: E731
+        x, w, b, activation="silu", residual=r, seq_idx=s, initial_states=h,
+        return_final_states=True, backend="ffi"))(x, w, b, h, r)
+    same_under_env("JCC_FWD_SPAN", "4", "1", run, ("walk", W, mode))
 
 
 # (rows x chunks >= 65536, or no warp walks: see tests/test_gpu_fwd_span.py)
@@ -261,7 +266,6 @@ for W, S, SL, D in ((4, 3, 6, 40), (6, 5, 7, 40), (10, 3, 9, 40), (4, 1, 6, 256)
                 agree(f(x, st), f(*(jax.device_put(a, cpu) for a in (x, st))), jnp.bfloat16, what)
 
 
-
 def cl_slice_case(dt, B, D, L, W, mode, steps, base):
     """The channels-last row forward at its longer slice (JCC_CL_FWD_STEPS)
     against the base slice: bit for bit."""
@@ -274,20 +278,10 @@ def cl_slice_case(dt, B, D, L, W, mode, steps, base):
     ids[:, 511:513] = [[2, 3]] * B
     ids[:, -7:] = -1
     s = jnp.asarray(ids) if mode == "seq" else None
-    def f(x, w, b, h, r):  # (jitted anew per setting: a CUDA graph keeps the launch it recorded)
-        return jax.jit(lambda x, w, b, h, r: jcc.causal_conv1d(
-            x, w, b, activation="silu", residual=r, seq_idx=s, initial_states=h,
-            return_final_states=True, channels_last=True, backend="ffi"))(x, w, b, h, r)
-
-    try:
-        os.environ["JCC_CL_FWD_STEPS"] = str(steps)
-        got = f(x, w, b, h, r)
-        os.environ["JCC_CL_FWD_STEPS"] = str(base)
-        want = f(x, w, b, h, r)
-    finally:
-        del os.environ["JCC_CL_FWD_STEPS"]
-    for a, e in zip(got, want):
-        assert np.array_equal(np.asarray(a, np.float32), np.asarray(e, np.float32)), ("cl slice", W, mode)
+    run = lambda: jax.jit(lambda x, w, b, h, r: jcc.causal_conv1d(  # noqa: E731
+        x, w, b, activation="silu", residual=r, seq_idx=s, initial_states=h,
+        return_final_states=True, channels_last=True, backend="ffi"))(x, w, b, h, r)
+    same_under_env("JCC_CL_FWD_STEPS", str(steps), str(base), run, ("cl slice", W, mode))
 
 
 # the channels-last row forward's longer slices (cases 96..98)
