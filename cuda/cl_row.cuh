@@ -4,7 +4,8 @@
 // kV * sizeof(T) bytes: narrower as the width grows, so that the taps and
 // the window of the last W - 1 inputs stay in registers) and walks its
 // slice of time forwards. Widths up to 16, bucketed like the streaming
-// kernels (1..8 exactly, then 12 and 16 with absent leading taps).
+// kernels (1..8 exactly, then 12 and 16 with absent leading taps; the
+// forward compiles W 12 and 16 apart, without the taps' tests).
 //
 // seq_idx and varlen (kMasked): the block stages the ids of its steps once
 // (varlen: each step's sequence index, and the sequence's first step). With

@@ -230,6 +230,11 @@ __host__ __device__ __forceinline__ constexpr bool TapPresent(int k, int pad) { 
 // Ceil division for launch sizes.
 __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// A kernel as a type, so that a dispatch can hand it on as a compile-time
+// constant (BlocksPerSm's parameter).
+template <auto kKernel>
+using KernelTag = std::integral_constant<decltype(kKernel), kKernel>;
+
 // Blocks of kKernel (kThreads a block, kSmem bytes of dynamic shared
 // memory, at most the default 48 KiB) that one SM holds at once: the
 // runtime's occupancy for its registers and shared memory, asked once; at

@@ -14,7 +14,11 @@ namespace {
 
 constexpr int kStage = 8;        // steps per staged group
 
-template <typename T, int kW, ClMask kMask>
+// kPadded: W is short of its bucket (12 or 16), so the leading pad taps
+// are absent and every tap tests its presence; a W that fills its bucket
+// takes the kernel without the tests (they were a fifth of its
+// instructions at W 16).
+template <typename T, int kW, ClMask kMask, bool kPadded>
 __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
     FwdClRowKernel(const ConvArgs a, int64_t nchunk, int steps) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
@@ -42,7 +46,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   const int64_t ts = (chunk * kClY + threadIdx.y) * steps;
   const int64_t te = Min64(L, ts + steps);
   const bool mine = c0 < D && ts < te;
-  const int W = int(a.width), pad = kW - W;
+  const int W = int(a.width), pad = kPadded ? kW - W : 0;
   const T* xb = static_cast<const T*>(a.x) + b * L * D + c0;
   const T* rb = has_res ? static_cast<const T*>(a.residual) + b * L * D + c0 : nullptr;
   T* yb = static_cast<T*>(a.y) + b * L * D + c0;
@@ -85,8 +89,8 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   // partial group; every group at W <= 4; kAny's mixed groups) read the
   // activation at run time; kMasked ones mask taps by the id window; kDense
   // ones lie in a window of one sequence (no masks). kAct: the activation
-  // known at compile time (0: read `silu`, 1: none, 2: SiLU). The buckets
-  // 12 and 16 skip their absent leading taps (k < pad) by a test per tap
+  // known at compile time (0: read `silu`, 1: none, 2: SiLU). The padded
+  // kernels skip their absent leading taps (k < pad) by a test per tap
   // (an input read by a zero tap could be Inf: 0 * Inf = NaN).
   auto step = [&](int64_t tt, const Raw xr, int buf, int u, auto kind, auto act) {
     constexpr bool kM = kMasked && decltype(kind)::value != StepKind::kDense;
@@ -200,12 +204,25 @@ constexpr size_t StageBytes(bool residual) {
   return size_t(2) * (residual ? 2 : 1) * kStage * kClX * kClY * ClFwdVec(sizeof(T), kW) * sizeof(T);
 }
 
+// Calls f with the call's kernel (a std::integral_constant of it): its
+// mask, and at the buckets 12 / 16 whether W falls short of the bucket.
+template <typename T, int kW, typename F>
+cudaError_t WithFwdKernel(const ConvArgs& a, F&& f) {
+  return WithClMask<kW>(a, [&](auto mask) {
+    constexpr ClMask kMask = decltype(mask)::value;
+    if constexpr (kW > 8) {
+      if (int(a.width) != kW) return f(KernelTag<FwdClRowKernel<T, kW, kMask, true>>());
+    }
+    return f(KernelTag<FwdClRowKernel<T, kW, kMask, false>>());
+  });
+}
+
 template <typename T, int kW>
 cudaError_t Launch(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   constexpr int kV = ClFwdVec(sizeof(T), kW);
   const size_t smem = StageBytes<T, kW>(a.residual != nullptr);
-  return WithClMask<kW>(a, [&](auto mask) {
-    return LaunchWithSmem(FwdClRowKernel<T, kW, decltype(mask)::value>, ClBlocks(a.batch, p.nchunk, a.dim, kV),
+  return WithFwdKernel<T, kW>(a, [&](auto kernel) {
+    return LaunchWithSmem(decltype(kernel)::value, ClBlocks(a.batch, p.nchunk, a.dim, kV),
                           dim3(kClX, kClY), smem, 0, stream, a, p.nchunk, p.steps);
   });
 }
@@ -225,10 +242,10 @@ int ClFwdBlocksPerSm(const ConvArgs& a) {
   int n = 1;
   WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
     return WithWidthBucket(int(a.width), [&](auto w) {
-      return WithClMask<decltype(w)::value>(a, [&](auto mask) {
-        using T = decltype(t);
-        constexpr int kW = decltype(w)::value;
-        constexpr auto kKernel = FwdClRowKernel<T, kW, decltype(mask)::value>;
+      using T = decltype(t);
+      constexpr int kW = decltype(w)::value;
+      return WithFwdKernel<T, kW>(a, [&](auto kernel) {
+        constexpr auto kKernel = decltype(kernel)::value;
         n = a.residual ? BlocksPerSm<kKernel, kClX * kClY, StageBytes<T, kW>(true)>()
                        : BlocksPerSm<kKernel, kClX * kClY, StageBytes<T, kW>(false)>();
         return cudaSuccess;

@@ -6,6 +6,7 @@ per round.
 
     python -m benchmarks.probes.cl_steps_probe [--shapes 8x4096x4096,1x8192x2048]
         [--widths 4,5,8,12,16] [--modes dense,seq] [--dtype bfloat16] [--rounds 3] [--bwd]
+        [--auto-only]
 
 Modes: dense; seq (8 segments, the last 5% padding, as the matrix).
 """
@@ -32,6 +33,8 @@ def main():
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bwd", action="store_true", help="the backward alone (no forward kept)")
+    p.add_argument("--auto-only", action="store_true",
+                   help="only the plan's own slice (compile-time sweeps: tools/param_sweep.sh)")
     a = p.parse_args()
     dt = jnp.dtype(a.dtype)
     rng = np.random.default_rng(0)
@@ -71,6 +74,8 @@ def main():
                     return run
 
                 keys = [base, 2 * base, None] if a.bwd else [base // 2, base, 2 * base, None]
+                if a.auto_only:
+                    keys = [None]
                 args = (x, w, bias, g) if a.bwd else (x, w, bias)
                 programs = {k: (at(k), args, 1) for k in keys}
                 for k in keys:
@@ -83,7 +88,7 @@ def main():
                 runs = [device_times(programs, n=10) for _ in range(a.rounds)]
                 os.environ.pop(env, None)
                 med = {k: statistics.median(r[k] for r in runs) for k in keys}
-                best = min(keys[:-1], key=lambda k: med[k])
+                best = min(keys[:-1], key=lambda k: med[k]) if len(keys) > 1 else None
                 cells = "  ".join(f"{k:4d}: {med[k]:8.1f}" for k in keys[:-1])
                 print(f"({B},{D},{L}) W={W:2d} {mode:5s} | {cells}  auto: {med[None]:8.1f} | best {best}",
                       flush=True)
