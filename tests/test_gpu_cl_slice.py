@@ -38,31 +38,37 @@ def ids_for(rng, B, L):
     return jnp.asarray(ids)
 
 
+def case_conv(rng, dtype, B, D, L, W, mode):
+    """A case's x, w, b, initial states and its convolution `conv(x, w, b,
+    **options)`: varlen over one (T, D) row of five sequences, else
+    channels-last rows with seq_idx (mode "seq") or without."""
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, True)
+    if mode == "varlen":
+        lens = [5, 1, L // 2 - 6, 2, L - L // 2 - 2]
+        cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
+        init = jnp.asarray(rng.standard_normal((len(lens), D, W - 1)), x.dtype)
+
+        def conv(x, w, b, **options):
+            return jcc.causal_conv1d_varlen(x, w, b, cu_seqlens=cu, backend="ffi", **options)
+        return x[0], w, b, init, conv
+    sidx = ids_for(rng, B, L) if mode == "seq" else None
+
+    def conv(x, w, b, **options):
+        return jcc.causal_conv1d(x, w, b, seq_idx=sidx, channels_last=True, backend="ffi", **options)
+    return x, w, b, init, conv
+
+
 @pytest.mark.parametrize("dtype,B,D,L,W,mode", CASES)
 def test_every_slice_equals_base(monkeypatch, dtype, B, D, L, W, mode):
     rng = np.random.default_rng(W + L)
-    x, w, b, init = inputs(rng, B, D, L, W, dtype, True)
+    x, w, b, init, conv = case_conv(rng, dtype, B, D, L, W, mode)
     res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
-    if mode == "varlen":  # (x (T, D): channels-last rows; no residual)
-        lens = [5, 1, L // 2 - 6, 2, L - L // 2 - 2]
-        cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
-        x = x[0]
-        init = jnp.asarray(rng.standard_normal((len(lens), D, W - 1)), x.dtype)
+    residual = mode != "varlen"  # (varlen takes no residual)
 
-        def f(x, w, b, r, h):
-            y1, s1 = jcc.causal_conv1d_varlen(x, w, b, cu_seqlens=cu, activation="silu",
-                                              initial_states=h, return_final_states=True,
-                                              backend="ffi")
-            return y1, s1, jcc.causal_conv1d_varlen(x, w, None, cu_seqlens=cu, backend="ffi")
-    else:
-        sidx = ids_for(rng, B, L) if mode == "seq" else None
-
-        def f(x, w, b, r, h):
-            y1, s1 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
-                                       return_final_states=True, residual=r, channels_last=True,
-                                       backend="ffi")
-            return y1, s1, jcc.causal_conv1d(x, w, None, seq_idx=sidx, channels_last=True,
-                                              backend="ffi")
+    def f(x, w, b, r, h):
+        y1, s1 = conv(x, w, b, activation="silu", initial_states=h, return_final_states=True,
+                      **({"residual": r} if residual else {}))
+        return y1, s1, conv(x, w, None)
 
     args = (x, w, b, res, init)
     base = BASE[W]
@@ -83,23 +89,10 @@ BWD_CASES = [("bfloat16", 2, 40, 1100, 7, "seq"), ("float32", 2, 12, 2100, 11, "
 @pytest.mark.parametrize("dtype,B,D,L,W,mode", BWD_CASES)
 def test_backward_slices(monkeypatch, dtype, B, D, L, W, mode):
     rng = np.random.default_rng(W + L + 1)
-    x, w, b, init = inputs(rng, B, D, L, W, dtype, True)
-    if mode == "varlen":
-        lens = [5, 1, L // 2 - 6, 2, L - L // 2 - 2]
-        cu = jnp.asarray(np.concatenate([[0], np.cumsum(lens)]), jnp.int32)
-        x = x[0]
-        init = jnp.asarray(rng.standard_normal((len(lens), D, W - 1)), x.dtype)
+    x, w, b, init, conv = case_conv(rng, dtype, B, D, L, W, mode)
 
-        def f(x, w, b, h):
-            return jcc.causal_conv1d_varlen(x, w, b, cu_seqlens=cu, activation="silu",
-                                            initial_states=h, return_final_states=True,
-                                            backend="ffi")
-    else:
-        sidx = ids_for(rng, B, L) if mode == "seq" else None
-
-        def f(x, w, b, h):
-            return jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
-                                     return_final_states=True, channels_last=True, backend="ffi")
+    def f(x, w, b, h):
+        return conv(x, w, b, activation="silu", initial_states=h, return_final_states=True)
 
     g = grads(f, (0, 1, 2, 3))
     args = (x, w, b, init)
