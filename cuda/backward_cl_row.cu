@@ -254,8 +254,7 @@ cudaError_t Launch(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStre
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  if (p.steps < kClBwdSteps || p.steps % 8 != 0 || p.steps > ClBwdMaxSteps(WidthBucket(int(a.width))))
-    return cudaErrorInvalidValue;
+  if (!ClStepsValid(true, WidthBucket(int(a.width)), p.steps)) return cudaErrorInvalidValue;
   return WithWidthBucket(int(a.width), [&](auto w) {
     return Launch<T, decltype(w)::value>(a, p, ws, stream);
   });

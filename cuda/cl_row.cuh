@@ -36,6 +36,13 @@ __host__ __device__ constexpr int ClFwdMaxSteps(int kW) { return 2 * ClFwdSteps(
 // (csrc/problem.h) steps.
 constexpr int kClBwdSteps = 128;
 __host__ __device__ constexpr int ClBwdMaxSteps(int kW) { return kW <= 4 ? 128 : 256; }
+// The slices a kernel of width bucket kW takes: whole staged groups of 8
+// steps, within the bounds above (the plan's overrides and the launchers
+// check the same rule).
+__host__ __device__ constexpr bool ClStepsValid(bool backward, int kW, int steps) {
+  return steps % 8 == 0 && (backward ? steps >= kClBwdSteps && steps <= ClBwdMaxSteps(kW)
+                                     : steps >= 8 && steps <= ClFwdMaxSteps(kW));
+}
 
 // Channels per thread: the forward's word is 16, 8 or 4 bytes as the width
 // bucket grows; the backward keeps 4 channels (W <= 4), then 2, then 1, in

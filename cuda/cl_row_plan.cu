@@ -42,19 +42,18 @@ int Slice(const ConvArgs& a, bool backward, int base) {
 // JCC_CL_BWD_STEPS (kClBwdSteps up to ClBwdMaxSteps) override the choice:
 // tests and diagnosis. Read at each call, so that one process can compare
 // settings (a call captured in a CUDA graph keeps what was read at capture).
-int StepsOverride(const char* name, int least, int most) {
-  const char* e = std::getenv(name);
+int StepsOverride(bool backward, int bucket) {
+  const char* e = std::getenv(backward ? "JCC_CL_BWD_STEPS" : "JCC_CL_FWD_STEPS");
   if (e == nullptr) return 0;
   const int v = std::atoi(e);
-  return v >= least && v % 8 == 0 && v <= most ? v : 0;
+  return ClStepsValid(backward, bucket, v) ? v : 0;
 }
 
 }  // namespace
 
 int64_t ClRowChunks(const ConvArgs& a, bool backward, int* steps) {
   const int bucket = WidthBucket(int(a.width));
-  const int set = backward ? StepsOverride("JCC_CL_BWD_STEPS", kClBwdSteps, ClBwdMaxSteps(bucket))
-                           : StepsOverride("JCC_CL_FWD_STEPS", 8, ClFwdMaxSteps(bucket));
+  const int set = StepsOverride(backward, bucket);
   *steps = set ? set : Slice(a, backward, backward ? kClBwdSteps : ClFwdSteps(bucket));
   const int64_t nchunk = Chunks(a, *steps);
   return ClBlocks(a.batch, nchunk, a.dim, ClRowVec(a, backward)) <= INT_MAX ? nchunk : 0;

@@ -13,6 +13,7 @@ namespace jcc::cuda {
 namespace {
 
 constexpr int kStage = 8;        // steps per staged group
+static_assert(kStage == 8, "ClStepsValid (cl_row.cuh) takes slices of whole groups of 8 steps");
 
 // kPadded: W is short of its bucket (12 or 16), so the leading pad taps
 // are absent and every tap tests its presence; a W that fills its bucket
@@ -229,8 +230,7 @@ cudaError_t Launch(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream)
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  if (p.steps <= 0 || p.steps % kStage != 0 || p.steps > ClFwdMaxSteps(WidthBucket(int(a.width))))
-    return cudaErrorInvalidValue;
+  if (!ClStepsValid(false, WidthBucket(int(a.width)), p.steps)) return cudaErrorInvalidValue;
   return WithWidthBucket(int(a.width), [&](auto w) {
     return Launch<T, decltype(w)::value>(a, p, stream);
   });
