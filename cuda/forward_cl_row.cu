@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   // known at compile time (0: read `silu`, 1: none, 2: SiLU). The padded
   // kernels skip their absent leading taps (k < pad) by a test per tap
   // (an input read by a zero tap could be Inf: 0 * Inf = NaN).
-  auto step = [&](int64_t tt, const Raw xr, int buf, int u, auto kind, auto act) {
+  auto step = [&](int64_t tt, const Raw xr, int buf, int u, auto kind, auto act, auto res) {
     constexpr bool kM = kMasked && decltype(kind)::value != StepKind::kDense;
     constexpr bool kIdsM = kIds && kM;
     constexpr int kAct = decltype(act)::value;
@@ -137,16 +137,10 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
       for (int k = 0; k + 1 < H; ++k) win[k][c] = win[k + 1][c];
       if (H > 0) win[H - 1][c] = xt[c];
     }
-    if constexpr (decltype(kind)::value == StepKind::kChecked) {
-      if (has_res) {
-        const Raw rr = slot(buf, 1, u);
-#pragma unroll
-        for (int c = 0; c < kV; ++c) out[c] += rr[c];
-      }
-    } else {  // (added unconditionally, zero without a residual: a branch
-              // here would split the unrolled group at every step)
-      Raw rr = {};
-      if (has_res) rr = slot(buf, 1, u);
+    // res: whether there is a residual, known at compile time in whole
+    // groups (a test per step would split the unrolled group)
+    if (decltype(res)::value ? decltype(res)::value == 2 : has_res) {
+      const Raw rr = slot(buf, 1, u);
 #pragma unroll
       for (int c = 0; c < kV; ++c) out[c] += rr[c];
     }
@@ -156,15 +150,19 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   using Masked = std::integral_constant<StepKind, StepKind::kMasked>;
   using Dense = std::integral_constant<StepKind, StepKind::kDense>;
   // A whole group of U steps, unrolled (the window moves by renaming).
+  // The activation and the residual chosen once a group (1: none, 2: SiLU
+  // / a residual).
   auto full_group = [&](int64_t t, int buf, auto kind) {
+    auto walk = [&](auto act, auto res) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) step(t + u, slot(buf, 0, u), buf, u, kind, act, res);
+    };
+    using One = std::integral_constant<int, 1>;
+    using Two = std::integral_constant<int, 2>;
     if (silu) {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 2>());
+      if (has_res) walk(Two(), Two()); else walk(Two(), One());
     } else {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        step(t + u, slot(buf, 0, u), buf, u, kind, std::integral_constant<int, 1>());
+      if (has_res) walk(One(), Two()); else walk(One(), One());
     }
   };
   // A group of padding (ids < 0, inside the slice): y = 0 (plus the
@@ -194,7 +192,8 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
         [&] { padding_group(t, buf); }, [&] { full_group(t, buf, Masked()); },
         [&] {
           for (int u = 0; u < U && t + u < te; ++u)
-            step(t + u, slot(buf, 0, u), buf, u, Checked(), std::integral_constant<int, 0>());
+            step(t + u, slot(buf, 0, u), buf, u, Checked(), std::integral_constant<int, 0>(),
+                 std::integral_constant<int, 0>());
         });
   }
 }
