@@ -56,13 +56,15 @@ __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
 }
 
 // Blocks an SM asked of the compiler for the row kernels (0: unbounded).
-// At the bucket 12 the forward asks 4 (its seq_idx instantiation otherwise
-// took 3 blocks' share and measured slower) and the backward 3 (168
-// registers, no spill at 16-bit types; unbounded it took 2 blocks' share).
-// Elsewhere unbounded: a bound of 1 let the backward take more registers at
-// W 4 and 8 and lose a block, measured slower (docs/performance-log.md,
-// 2026-11-26, eighth session).
-__host__ __device__ constexpr int ClFwdMinBlocks(int kW) { return kW == 12 ? 4 : 0; }
+// The forward asks 4 at the buckets 12 and 16: unbounded, its seq_idx
+// instantiations took 3 blocks' share (2 padded at 16) for a masked body
+// that runs in few groups, and measured slower. The backward asks 3 at
+// 12 (168 registers, no spill at 16-bit types; unbounded it took 2
+// blocks' share); 3 at 16 spilled and measured slower, as did 5 for the
+// forward at 8. Elsewhere unbounded: a bound of 1 let the backward take
+// more registers at W 4 and 8 and lose a block, measured slower
+// (docs/performance-log.md, eighth and fifteenth sessions).
+__host__ __device__ constexpr int ClFwdMinBlocks(int kW) { return kW >= 12 ? 4 : 0; }
 __host__ __device__ constexpr int ClBwdMinBlocks(int kW) { return kW == 12 ? 3 : 0; }
 
 // kV channels of one time step kept as loaded (raw T, one 4-, 8- or 16-byte
