@@ -4,7 +4,9 @@
 # device_build.sh: only what changed), run the benchmark command with
 # `--json $OUT/NAME.json` appended, and restore the file (an expression
 # @PATH copies the file at PATH over it instead). A variant with an
-# empty expression times the tree as it is. Then the side-by-side table of
+# empty expression times the tree as it is; `patch:PATH` applies the patch
+# at PATH (git apply; any files, the third argument unused) and reverses it
+# afterwards. Then the side-by-side table of
 # benchmarks/matrix_compare.py. Logs in $OUT/NAME.log. (SWEEP_BUILD: another
 # build script, e.g. /dev/null to try the script itself.)
 #   tools/param_sweep.sh "python3 -m benchmarks.conv_matrix --platform gpu ..." \
@@ -17,7 +19,11 @@ cmd=$1; shift
 names=()
 while [ $# -ge 3 ]; do
   name=$1 expr=$2 file=$3; shift 3
-  if [ -n "$expr" ]; then
+  patch=
+  if [[ $expr == patch:* ]]; then
+    patch=${expr#patch:}
+    git apply "$patch" || { echo "$name: $patch does not apply"; continue; }
+  elif [ -n "$expr" ]; then
     cp "$file" "$OUT/.sweep_saved"
     if [[ $expr == @* ]]; then cp "${expr#@}" "$file"; else sed -i "$expr" "$file"; fi
     cmp -s "$file" "$OUT/.sweep_saved" && echo "$name: the expression changed nothing in $file"
@@ -27,6 +33,6 @@ while [ $# -ge 3 ]; do
     echo "$name: rc $? ($(tail -1 "$OUT/$name.log" | cut -c1-80))"
     names+=("$OUT/$name.json")
   fi
-  [ -n "$expr" ] && cp "$OUT/.sweep_saved" "$file"
+  if [ -n "$patch" ]; then git apply -R "$patch"; elif [ -n "$expr" ]; then cp "$OUT/.sweep_saved" "$file"; fi
 done
 [ ${#names[@]} -gt 0 ] && python3 -m benchmarks.matrix_compare "${names[@]}"

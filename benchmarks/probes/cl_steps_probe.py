@@ -6,11 +6,12 @@ per round.
 
     python -m benchmarks.probes.cl_steps_probe [--shapes 8x4096x4096,1x8192x2048]
         [--widths 4,5,8,12,16] [--modes dense,seq] [--dtype bfloat16] [--rounds 3] [--bwd]
-        [--auto-only]
+        [--auto-only] [--json FILE]
 
 Modes: dense; seq (8 segments, the last 5% padding, as the matrix).
 """
 import argparse
+import json
 import os
 import statistics
 
@@ -35,7 +36,10 @@ def main():
     p.add_argument("--bwd", action="store_true", help="the backward alone (no forward kept)")
     p.add_argument("--auto-only", action="store_true",
                    help="only the plan's own slice (compile-time sweeps: tools/param_sweep.sh)")
+    p.add_argument("--json", metavar="FILE",
+                   help="write the plan's own slice per cell as records benchmarks.matrix_compare reads")
     a = p.parse_args()
+    records = []
     dt = jnp.dtype(a.dtype)
     rng = np.random.default_rng(0)
     env = "JCC_CL_BWD_STEPS" if a.bwd else "JCC_CL_FWD_STEPS"
@@ -92,6 +96,12 @@ def main():
                 cells = "  ".join(f"{k:4d}: {med[k]:8.1f}" for k in keys[:-1])
                 print(f"({B},{D},{L}) W={W:2d} {mode:5s} | {cells}  auto: {med[None]:8.1f} | best {best}",
                       flush=True)
+                records.append({"key": {"B": B, "D": D, "L": L, "dtype": dt.name, "layout": "cl",
+                                        "mode": mode, "W": W},
+                                "times": {"ours": {"bwd" if a.bwd else "fwd": {"dev_us": med[None]}}}})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"records": records}, f)
 
 
 if __name__ == "__main__":
