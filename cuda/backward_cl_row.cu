@@ -81,6 +81,8 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
   if constexpr (kMasked) {
     ids.Stage(a, b, chunk * kClY * steps, kClY * steps);
     __syncthreads();
+    StageGroupKinds<H, U>(ids, kClY * steps);
+    __syncthreads();
   }
   if (active) {
     T* dxb = static_cast<T*>(a.dx) + b * L * D + c0;

@@ -133,9 +133,12 @@ struct ClIds {
   static constexpr int kN = kMaxSteps + 2 * kPad;
   int32_t id[kN];
   int32_t start[kN];  // relative to t_lo, floored at -2 kPad (only p >= start tests are made)
+  uint8_t kind[kMaxSteps / 4];  // GroupIds of the block's groups of U >= 4 steps (StageGroupKinds)
   int64_t t_lo;
   __device__ __forceinline__ int32_t Id(int64_t t) const { return id[t - t_lo + kPad]; }
   __device__ __forceinline__ int64_t Start(int64_t t) const { return t_lo + start[t - t_lo + kPad]; }
+  template <int U>
+  __device__ __forceinline__ uint8_t Kind(int64_t t) const { return kind[(t - t_lo) / U]; }
 
   // Block-wide; then __syncthreads().
   __device__ void Stage(const ConvArgs& a, int64_t b, int64_t lo, int steps) {
@@ -160,6 +163,8 @@ struct ClIds {
 struct NoClIds {
   __device__ __forceinline__ int32_t Id(int64_t) const { return 0; }
   __device__ __forceinline__ int64_t Start(int64_t) const { return 0; }
+  template <int U>
+  __device__ __forceinline__ uint8_t Kind(int64_t) const { return 0; }
 };
 
 template <int kMaxSteps, bool kMasked>
@@ -218,6 +223,19 @@ __device__ __forceinline__ GroupIds ClassifyGroup(const Ids& ids, int64_t t) {
     padding &= id < 0;
   }
   return padding ? GroupIds::kPadding : same && id0 >= 0 ? GroupIds::kOneSequence : GroupIds::kMixed;
+}
+
+// Block-wide, after the ids' barrier; then __syncthreads(). The kinds of the
+// block's groups of U steps from t_lo (`steps`: the block's, whole groups),
+// one group a thread: classified once, not by each warp at each group
+// (its H + U id loads and tests were about a tenth of a masked walk's
+// instructions).
+template <int H, int U, int kMaxSteps>
+__device__ __forceinline__ void StageGroupKinds(ClIds<kMaxSteps>& ids, int steps) {
+  static_assert(U >= 4 && ClIds<kMaxSteps>::kPad >= H, "kind[] holds groups of 4 steps or more");
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+  for (int g = tid; g < steps / U; g += nthreads)
+    ids.kind[g] = uint8_t(ClassifyGroup<H, U>(ids, ids.t_lo + int64_t(g) * U));
 }
 
 // The register window win[0 .. H) (steps t - H .. t - 1) moved past a group
@@ -315,7 +333,7 @@ __device__ __forceinline__ void WalkGroup(const Ids& ids, int64_t t, int64_t ts,
                                           ClIdWindow<H>& idw, int& run, Dense&& dense,
                                           Padding&& padding, Masked&& masked, Checked&& checked) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
-  const GroupIds kinds = kMasked && inside ? ClassifyGroup<H, U>(ids, t) : GroupIds::kMixed;
+  const GroupIds kinds = kMasked && inside ? GroupIds(ids.template Kind<U>(t)) : GroupIds::kMixed;
   if (inside && (!kMasked || kinds == GroupIds::kOneSequence)) return dense();
   if (kinds == GroupIds::kPadding) return padding();
   // (a dense group does not track the ids)

@@ -81,6 +81,8 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   if constexpr (kMasked) {
     ids.Stage(a, b, chunk * kClY * steps, kClY * steps);
     __syncthreads();
+    StageGroupKinds<H, U>(ids, kClY * steps);
+    __syncthreads();
   }
   if (!mine) return;  // (after the block's barrier)
   const bool silu = a.act == Activation::kSilu;
