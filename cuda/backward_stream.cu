@@ -25,9 +25,12 @@ namespace {
 // (Blocks an SM asked of the compiler: unbounded it took 128 registers at
 // W <= 8, 4 blocks; more blocks measured faster, and ptxas fits W <= 4 in 6
 // blocks' share and W <= 8 in 5 without more than a word of spill. The
-// buckets 12 and 16 need 150-190 registers: unbounded.)
+// buckets 12 and 16 took 158-191 registers unbounded (2-3 blocks); 4
+// blocks' 128 measured faster except for the masked bucket 12, whose
+// spills cost more than the blocks gain: docs/performance-log.md,
+// 2026-11-27, sixteenth session.)
 template <typename T, int kW, bool kMasked>
-__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 0)
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : kMasked && kW <= 12 ? 0 : 4)
     BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
