@@ -1,6 +1,7 @@
 """backend="auto" takes XLA's shifted sum in the cells where our kernel
 measured slower (routing.py: on a GPU W = 1, channels-first rows past 16
-that are not the wide family's, and a channels-first seq_idx forward alone
+that are not the wide family's, a small channels-first dense forward alone
+at W <= 4 without states, and a channels-first seq_idx forward alone
 at W <= 4 on too few blocks or at W = 2 in float32; on the CPU a forward that nothing
 differentiates at W <= 2 without states (x up to 16 MiB), the whole op at W = 1
 channels-first in float32 / float64, and small channels-first problems at
@@ -90,7 +91,7 @@ def test_the_small_seq_idx_forward():
     diff = ConvConfig(activation="silu", mode=SEQ_IDX, channels_last=False, states_channels_last=False,
                       want_final=False, backend="auto", differentiated=True)
     assert wins(diff, 4, 1, 8192, 2048) and wins(sq, 4, 1, 8192, 2048, backward=True)
-    assert wins(cfg(ROWS, False), 4, 1, 8192, 2048) and wins(cfg(SEQ_IDX, True), 4, 1, 2048, 8192)
+    assert wins(cfg(SEQ_IDX, True), 4, 1, 2048, 8192)
     assert wins(sq, 4, 0, 0, 2048)  # (shape unknown: the kernel)
     # float32 at W = 2: XLA for a forward alone at any size; the kernel when
     # differentiated, for the backward, at W 3, in 16-bit types, channels-last
@@ -99,6 +100,27 @@ def test_the_small_seq_idx_forward():
     assert wins(diff, 2, 8, 4096, 4096, 4) and wins(sq, 2, 8, 4096, 4096, 4, backward=True)
     assert wins(sq, 2, 8, 4096, 4096, 2) and wins(cfg(SEQ_IDX, True), 2, 8, 4096, 4096, 4)
     assert wins(cfg(ROWS, False), 2, 8, 4096, 4096, 4)
+
+
+def test_the_small_dense_forward():
+    # channels-first dense at W 2..4 without states, a forward nothing
+    # differentiates: XLA up to 2^24 elements (B * D * L); the kernel past
+    # it, with states, when differentiated, for the backward, from W 5,
+    # channels-last, and when the shape is unknown
+    def wins(c, W, B, D, L, backward=False, states=False):
+        return gpu_kernel_wins(c, W, L, 2, B, D, backward, states)
+    rows = cfg(ROWS, False)
+    assert [wins(rows, W, 1, 8192, 2048) for W in (2, 3, 4, 5, 8)] == [False, False, False, True, True]
+    assert not wins(rows, 4, 32, 512, 1024)  # the two measured cells
+    assert [wins(rows, 4, 1, 4096, 4096 + d) for d in (0, 8)] == [False, True]  # 2^24 + 4096 elements
+    assert wins(rows, 4, 8, 4096, 4096)
+    assert wins(rows, 4, 1, 8192, 2048, states=True) and wins(rows, 4, 1, 8192, 2048, backward=True)
+    diff = ConvConfig(activation="silu", mode=ROWS, channels_last=False, states_channels_last=False,
+                      want_final=False, backend="auto", differentiated=True)
+    assert wins(diff, 4, 1, 8192, 2048)
+    assert wins(cfg(ROWS, True), 4, 1, 8192, 2048) and wins(rows, 4, 0, 0, 2048)
+    assert not wins(cfg(SEQ_IDX, False), 4, 1, 8192, 2048)  # (the seq_idx rule's own cell)
+    assert wins(cfg(VARLEN, False), 4, 1, 8192, 2048)
 
 
 def test_the_block_count_mirrors_the_kernels():
@@ -348,3 +370,11 @@ def test_gpu_auto_routes_and_ffi_insists():
     xl = jnp.swapaxes(x, 1, 2)
     cl = lambda x, w, s: jcc.causal_conv1d(x, w, seq_idx=s, channels_last=True)  # noqa: E731
     assert _kernel_calls(cl, xl, w32, s) == 1
+    # a small channels-first dense forward alone at W = 4: XLA, unless "ffi";
+    # with initial states, in a training step and at W = 5 the kernel
+    dense = lambda x, w, h=None, backend="auto": jcc.causal_conv1d(  # noqa: E731
+        x, w, initial_states=h, backend=backend)
+    h = jnp.zeros((2, 16, 3), x.dtype)
+    assert _kernel_calls(dense, x, w) == 0 and _kernel_calls(lambda x, w: dense(x, w, backend="ffi"), x, w) == 1
+    assert _kernel_calls(dense, x, w, h) == 1 and _kernel_calls(dense, x, w32[:, :5]) == 1
+    assert _calls(lambda x, w: jax.value_and_grad(lambda x: jnp.sum(dense(x, w) ** 2))(x), x, w) == (1, 1)

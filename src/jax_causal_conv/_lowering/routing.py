@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .config import SEQ_IDX, VARLEN
+from .config import ROWS, SEQ_IDX, VARLEN
 
 
 # Below this many blocks of the channels-first shared-ids forward (batch x
@@ -18,6 +18,15 @@ from .config import SEQ_IDX, VARLEN
 # 4,096 blocks: XLA 1.67x ours; docs/benchmarks.md, 2026-11-26 seventh
 # session). Between the two it was not measured.
 SEQ_IDX_FWD_MIN_BLOCKS = 1024
+
+# A channels-first dense forward (no states) that nothing differentiates at
+# W <= 4 on at most this many elements (B * D * L): XLA's fused shifted sum
+# measured level or ahead at both small shapes of the matrix ((1, 8192, 2048): 1.09x
+# its device time, 1.16x its wall time; (32, 512, 1024): 0.98x on the
+# device, 1.05x in wall time; docs/benchmarks.md, 2026-11-27 sixteenth
+# session); at (8, 4096, 4096), eight times the elements, the kernel is
+# 1.49x faster. W 2, 3 at these sizes and the sizes between not measured.
+GPU_DENSE_FWD_MAX_ELEMENTS = 1 << 24
 
 # The channels-first seq_idx forward alone at W = 2 in float32 measured
 # behind XLA's on an H100 at (8, 4096, 4096) (370.8 µs device against 364.7;
@@ -34,18 +43,22 @@ def _seq_idx_forward_blocks(batch: int, dim: int, length: int, itemsize: int) ->
 
 
 def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0, dim: int = 0,
-                    backward: bool = False) -> bool:
+                    backward: bool = False, states: bool = False) -> bool:
     """False where the XLA twin is faster on a GPU for this configuration
     (x: `batch` rows of `dim` channels of `length` steps of `itemsize`-byte
-    elements; 0: unknown)."""
+    elements; 0: unknown; `states`: initial states given)."""
     if width == 1:
         return False  # a per-channel scale: XLA fuses the forward into the backward
     if cfg.channels_last:
         return True  # the channels-last kernels beat XLA at every measured width
-    if (cfg.mode == SEQ_IDX and width <= 4 and not backward and not cfg.differentiated and batch and dim
+    alone = not backward and not cfg.differentiated  # a forward nothing differentiates
+    if (cfg.mode == ROWS and not states and width <= 4 and alone and batch and dim
+            and batch * dim * length <= GPU_DENSE_FWD_MAX_ELEMENTS):
+        return False  # small enough for XLA's one fused pass
+    if (cfg.mode == SEQ_IDX and width <= 4 and alone and batch and dim
             and _seq_idx_forward_blocks(batch, dim, length, itemsize) < SEQ_IDX_FWD_MIN_BLOCKS):
         return False  # too few blocks of the shared-ids forward to fill the GPU
-    if cfg.mode == SEQ_IDX and width == 2 and itemsize == 4 and not backward and not cfg.differentiated:
+    if cfg.mode == SEQ_IDX and width == 2 and itemsize == 4 and alone:
         return False  # float32 at W = 2: XLA's one fused pass measured ahead of the shared-ids forward
     if width > 16 and (cfg.mode == VARLEN or length % (16 // itemsize) != 0):
         return False  # not the wide family's rows (whole 16-byte vectors, rows or seq_idx): the tile family
