@@ -289,7 +289,7 @@ def cl_slice_case(dt, B, D, L, W, mode, steps, base):
     same_under_env("JCC_CL_FWD_STEPS", str(steps), str(base), run, ("cl slice", W, mode))
 
 
-# the channels-last row forward's longer slices (cases 96..98)
+# the channels-last row forward's longer slices (cases 97..99)
 for dt, (B, D, L), W, mode, steps, base in ((jnp.bfloat16, (2, 24, 1100), 11, "seq", 256, 128),
                                             (jnp.float32, (1, 8, 2100), 16, "states", 256, 128),
                                             (jnp.bfloat16, (2, 40, 1100), 8, "seq", 128, 64)):
