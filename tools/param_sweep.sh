@@ -7,7 +7,9 @@
 # empty expression times the tree as it is; `patch:PATH` applies the patch
 # at PATH (git apply; any files, the third argument unused) and reverses it
 # afterwards. Then the side-by-side table of
-# benchmarks/matrix_compare.py. Logs in $OUT/NAME.log. (SWEEP_BUILD: another
+# benchmarks/matrix_compare.py. Logs in $OUT/NAME.log. Several benchmark
+# commands, separated by " ;; ", all run on each variant's build (their
+# files NAME.1.json, NAME.2.json, ..., a table each). (SWEEP_BUILD: another
 # build script, e.g. /dev/null to try the script itself.)
 #   tools/param_sweep.sh "python3 -m benchmarks.conv_matrix --platform gpu ..." \
 #       base "" "" ch8 's/kIdChannels = 4;/kIdChannels = 8;/' cuda/stream_ids.cuh ...
@@ -15,7 +17,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
-cmd=$1; shift
+# the benchmark commands, split at " ;; "
+cmds=()
+rest=$1
+while [[ $rest == *" ;; "* ]]; do cmds+=("${rest%% ;; *}"); rest=${rest#* ;; }; done
+cmds+=("$rest")
+shift
+suffix() { [ ${#cmds[@]} -eq 1 ] && echo "" || echo ".$1"; }
 names=()
 while [ $# -ge 3 ]; do
   name=$1 expr=$2 file=$3; shift 3
@@ -29,10 +37,17 @@ while [ $# -ge 3 ]; do
     cmp -s "$file" "$OUT/.sweep_saved" && echo "$name: the expression changed nothing in $file"
   fi
   if bash ${SWEEP_BUILD:-tools/device_build.sh}; then
-    timeout 300 bash -c "$cmd --json $OUT/$name.json" > "$OUT/$name.log" 2>&1
-    echo "$name: rc $? ($(tail -1 "$OUT/$name.log" | cut -c1-80))"
-    names+=("$OUT/$name.json")
+    for i in "${!cmds[@]}"; do
+      f=$name$(suffix $((i + 1)))
+      timeout 300 bash -c "${cmds[$i]} --json $OUT/$f.json" > "$OUT/$f.log" 2>&1
+      echo "$f: rc $? ($(tail -1 "$OUT/$f.log" | cut -c1-80))"
+    done
+    names+=("$name")
   fi
   if [ -n "$patch" ]; then git apply -R "$patch"; elif [ -n "$expr" ]; then cp "$OUT/.sweep_saved" "$file"; fi
 done
-[ ${#names[@]} -gt 0 ] && python3 -m benchmarks.matrix_compare "${names[@]}"
+for i in "${!cmds[@]}"; do
+  files=()
+  for name in "${names[@]}"; do files+=("$OUT/$name$(suffix $((i + 1))).json"); done
+  [ ${#files[@]} -gt 0 ] && python3 -m benchmarks.matrix_compare "${files[@]}"
+done
