@@ -1,8 +1,8 @@
 // The one dispatch of the convolution kernels: which family runs a call
 // (launchers.h lists them) is decided here, from the problem, once (with
-// the family's launch geometry: for the channels-last rows also from the
-// device's SMs); the family's launcher then picks its typed kernel for the
-// dtype and width.
+// the family's launch geometry); the family's launcher then picks its typed
+// kernel for the dtype and width (the channels-last rows' launcher also
+// their slice, from that kernel's occupancy and the device's SMs).
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -36,8 +36,8 @@ bool ClRowFits(const ConvArgs& a, bool backward, const void* in2, const void* ou
   return a.dim % vec == 0 && Aligned(a.x, bytes) && Aligned(in2, bytes) && Aligned(out, bytes);
 }
 
-// ... and their grid at the plan's slice (the base: the most chunks) fits a
-// launch. (The forward's launcher picks its slice; the backward's plan
+// ... and their grid at the plan's slice (the base, or JCC_CL_*_STEPS: at
+// least as many chunks as the launch's) fits a launch. (The forward's launcher picks its slice; the backward's plan
 // keeps the chunks for its workspace check, completed by the launcher.)
 bool ClRowGridFits(const ConvArgs& a, bool backward) {
   int steps = 0;

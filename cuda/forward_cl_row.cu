@@ -1,6 +1,6 @@
 // Channels-last forward over whole aligned channel vectors (see cl_row.cuh):
-// each thread owns kV channels and a slice of `steps` steps (the plan's:
-// ClFwdSteps or twice it), and stages
+// each thread owns kV channels and a slice of `steps` steps (the
+// launcher's: ClFwdSteps or twice it), and stages
 // x (and the residual) through shared memory with cp.async one group of
 // steps ahead, so loads stay in flight while it computes; the last W - 1
 // inputs stay in registers. final_states are written by states.cu.

@@ -67,7 +67,7 @@ struct ForwardPlan {
 struct BackwardPlan {
   enum Family { kNone, kStream, kWide, kWideCl, kClRow, kTile } family = kNone;
   int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx at W <= 8, stream_ids.cuh)
-  int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
+  int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks (kClRow: completed by its launcher)
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
   int64_t nparts = 0;   // partial sums per (weight group, channel)
   int steps = 0;        // kClRow: time steps a thread walks (the launcher's)
@@ -97,8 +97,8 @@ int64_t WideSpans(const ConvArgs& a);  // spans per row, either wide family
 constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family
 // kClRow (cl_row_plan.cu): time chunks per row; *steps gets the time steps
 // a thread walks. The plan asks with blocks_per_sm 0 (the bucket's base
-// slice, or JCC_CL_*_STEPS): the most chunks, so that what fits there fits
-// the launch; the launcher, typed, asks again with its kernel's blocks an
+// slice, or JCC_CL_*_STEPS): at least as many chunks as the launch's, so
+// that what fits there fits the launch; the launcher, typed, asks again with its kernel's blocks an
 // SM, which may double the slice.
 int64_t ClRowChunks(const ConvArgs& a, bool backward, int blocks_per_sm, int* steps);
 int ClRowVec(const ConvArgs& a, bool backward);  // channels per thread
