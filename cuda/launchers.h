@@ -67,7 +67,8 @@ struct ForwardPlan {
 struct BackwardPlan {
   enum Family { kNone, kStream, kWide, kWideCl, kClRow, kTile } family = kNone;
   int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx at W <= 8, stream_ids.cuh)
-  int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks (kClRow: completed by its launcher)
+  int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
+                        // (kClRow: completed by its launcher, as are nparts and steps)
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
   int64_t nparts = 0;   // partial sums per (weight group, channel)
   int steps = 0;        // kClRow: time steps a thread walks (the launcher's)
