@@ -1,6 +1,6 @@
 // Channels-last backward over whole aligned channel vectors (see
 // cl_row.cuh): each thread owns kV channels and a slice of `steps` steps
-// (the plan's), stages x and dy through shared memory with cp.async a group of
+// (the launcher's, written back into the plan), stages x and dy through shared memory with cp.async a group of
 // steps ahead (double buffered), and walks forwards:
 //   g[t] = dy[t] act'(pre[t]) (zero on padding),  dweight[k] += g[t] tap_k(t),
 //   dx[p] = sum_k w[k] g[p + H - k]  (outputs of p's sequence),
@@ -244,42 +244,30 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
   }
 }
 
+// The slice (cl_row_plan.cu) from the blocks an SM holds of the kernel
+// launched, into the plan (its chunks and parts: the weight sums' reduction
+// reads them), then the launch. The plan's base slice had the most chunks,
+// so the parts fit the workspace checked against it.
 template <typename T, int kW>
-cudaError_t Launch(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  const dim3 grid(unsigned(ClBlocks(a.batch, p.nchunk, a.dim, ClBwdVec(sizeof(T), kW))));
-  const dim3 block(kClX, kClY);
+cudaError_t Launch(const ConvArgs& a, BackwardPlan& p, float* ws, cudaStream_t stream) {
   return WithClMask<kW>(a, [&](auto mask) {
-    BwdClRowKernel<T, kW, decltype(mask)::value><<<grid, block, 0, stream>>>(a, p.nchunk, p.steps, ws);
+    constexpr auto kKernel = BwdClRowKernel<T, kW, decltype(mask)::value>;
+    const int64_t nchunk = ClRowChunks(a, true, BlocksPerSm<kKernel, kClX * kClY>(), &p.steps);
+    if (nchunk <= 0 || nchunk > p.nchunk || !ClStepsValid(true, kW, p.steps)) return cudaErrorInvalidValue;
+    p.nparts = a.batch_per_group() * nchunk;  // (as PlanBackward counts them)
+    p.nchunk = nchunk;
+    kKernel<<<unsigned(ClBlocks(a.batch, nchunk, a.dim, ClBwdVec(sizeof(T), kW))), dim3(kClX, kClY), 0, stream>>>(
+        a, nchunk, p.steps, ws);
     return cudaGetLastError();
-  });
-}
-
-template <typename T>
-cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  if (!ClStepsValid(true, WidthBucket(int(a.width)), p.steps)) return cudaErrorInvalidValue;
-  return WithWidthBucket(int(a.width), [&](auto w) {
-    return Launch<T, decltype(w)::value>(a, p, ws, stream);
   });
 }
 
 }  // namespace
 
-int ClBwdBlocksPerSm(const ConvArgs& a) {
-  int n = 1;
-  WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
-    return WithWidthBucket(int(a.width), [&](auto w) {
-      return WithClMask<decltype(w)::value>(a, [&](auto mask) {
-        n = BlocksPerSm<BwdClRowKernel<decltype(t), decltype(w)::value, decltype(mask)::value>, kClX * kClY>();
-        return cudaSuccess;
-      });
-    });
+cudaError_t BackwardClRow(const ConvArgs& a, BackwardPlan& p, float* ws, cudaStream_t stream) {
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
+    return WithWidthBucket(int(a.width), [&](auto w) { return Launch<decltype(t), decltype(w)::value>(a, p, ws, stream); });
   });
-  return n;
-}
-
-cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
-                       [&](auto t) { return LaunchT<decltype(t)>(a, p, ws, stream); });
 }
 
 }  // namespace jcc::cuda

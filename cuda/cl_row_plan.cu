@@ -24,12 +24,12 @@ constexpr int kLongSliceMinWidth = 8;
 
 int64_t Chunks(const ConvArgs& a, int64_t steps) { return CeilDiv(a.len, int64_t(kClY) * steps); }
 
-int Slice(const ConvArgs& a, bool backward, int base) {
-  if (WidthBucket(int(a.width)) < kLongSliceMinWidth) return base;
+int Slice(const ConvArgs& a, bool backward, int base, int blocks_per_sm) {
+  if (WidthBucket(int(a.width)) < kLongSliceMinWidth || blocks_per_sm <= 0) return base;
   cudaError_t err = cudaSuccess;
   const int64_t sms = CurrentDeviceSms(&err);
   if (err != cudaSuccess) return base;
-  const int64_t slots = sms * (backward ? ClBwdBlocksPerSm(a) : ClFwdBlocksPerSm(a));
+  const int64_t slots = sms * blocks_per_sm;
   const int64_t setup = backward ? 2 * base : base / 2;
   const int vec = ClRowVec(a, backward);
   auto cost = [&](int64_t steps) {
@@ -51,10 +51,10 @@ int StepsOverride(bool backward, int bucket) {
 
 }  // namespace
 
-int64_t ClRowChunks(const ConvArgs& a, bool backward, int* steps) {
+int64_t ClRowChunks(const ConvArgs& a, bool backward, int blocks_per_sm, int* steps) {
   const int bucket = WidthBucket(int(a.width));
   const int set = StepsOverride(backward, bucket);
-  *steps = set ? set : Slice(a, backward, backward ? kClBwdSteps : ClFwdSteps(bucket));
+  *steps = set ? set : Slice(a, backward, backward ? kClBwdSteps : ClFwdSteps(bucket), blocks_per_sm);
   const int64_t nchunk = Chunks(a, *steps);
   return ClBlocks(a.batch, nchunk, a.dim, ClRowVec(a, backward)) <= INT_MAX ? nchunk : 0;
 }

@@ -1,8 +1,8 @@
 // The one dispatch of the convolution kernels: which family runs a call
 // (launchers.h lists them) is decided here, from the problem, once (with
-// the family's launch geometry: for the channels-last rows also from the
-// device's SMs); the family's launcher then picks its typed kernel for the
-// dtype and width.
+// the family's launch geometry); the family's launcher then picks its typed
+// kernel for the dtype and width (the channels-last rows' launcher also
+// their slice, from that kernel's occupancy and the device's SMs).
 #include <atomic>
 #include <climits>
 #include <cstdlib>
@@ -34,6 +34,14 @@ bool ClRowFits(const ConvArgs& a, bool backward, const void* in2, const void* ou
   const int64_t vec = ClRowVec(a, backward);
   const size_t bytes = size_t(vec) * DTypeBytes(a.x_dtype);
   return a.dim % vec == 0 && Aligned(a.x, bytes) && Aligned(in2, bytes) && Aligned(out, bytes);
+}
+
+// ... and their grid at the plan's slice (the base, or JCC_CL_*_STEPS: at
+// least as many chunks as the launch's) fits a launch. (The forward's launcher picks its slice; the backward's plan
+// keeps the chunks for its workspace check, completed by the launcher.)
+bool ClRowGridFits(const ConvArgs& a, bool backward) {
+  int steps = 0;
+  return ClRowChunks(a, backward, 0, &steps) > 0;
 }
 
 // Channels-last, dense x of whole aligned groups of kWideClCh channels
@@ -113,8 +121,7 @@ ForwardPlan PlanForward(const ConvArgs& a) {
     p.family = ForwardPlan::kMmaCl;
   } else if (WideClFits(a, a.residual, a.y) && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWideCl;
-  } else if (ClRowFits(a, false, a.residual, a.y) &&
-             (p.nchunk = ClRowChunks(a, false, &p.steps)) > 0) {
+  } else if (ClRowFits(a, false, a.residual, a.y) && ClRowGridFits(a, false)) {
     p.family = ForwardPlan::kClRow;
   } else {
     p.family = ForwardPlan::kTile;
@@ -132,7 +139,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWideCl;
-  } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true, &p.steps)) > 0) {
+  } else if (ClRowFits(a, true, a.dy, a.dx) && (p.nchunk = ClRowChunks(a, true, 0, &p.steps)) > 0) {
     p.family = BackwardPlan::kClRow;
   } else {
     p = TileBackwardPlan(a);
@@ -162,7 +169,7 @@ cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
 cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream) {
   if (a.x_dtype == DType::kF64) return cudaErrorNotSupported;
   float* ws = static_cast<float*>(workspace);
-  const BackwardPlan p = PlanBackward(a);
+  BackwardPlan p = PlanBackward(a);  // (kClRow's launcher completes it)
   // Every plan's partial sums fit BackwardWorkspaceBytes (csrc/problem.h).
   if (a.groups * p.nparts * a.dim * (a.width + 1) * 4 >
       BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width))

@@ -1,6 +1,6 @@
 // Channels-last forward over whole aligned channel vectors (see cl_row.cuh):
-// each thread owns kV channels and a slice of `steps` steps (the plan's:
-// ClFwdSteps or twice it), and stages
+// each thread owns kV channels and a slice of `steps` steps (the
+// launcher's: ClFwdSteps or twice it), and stages
 // x (and the residual) through shared memory with cp.async one group of
 // steps ahead, so loads stay in flight while it computes; the last W - 1
 // inputs stay in registers. final_states are written by states.cu.
@@ -219,46 +219,30 @@ cudaError_t WithFwdKernel(const ConvArgs& a, F&& f) {
   });
 }
 
+// The slice (cl_row_plan.cu) from the blocks an SM holds of the kernel
+// launched, then the launch.
 template <typename T, int kW>
-cudaError_t Launch(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+cudaError_t Launch(const ConvArgs& a, cudaStream_t stream) {
   constexpr int kV = ClFwdVec(sizeof(T), kW);
-  const size_t smem = StageBytes<T, kW>(a.residual != nullptr);
+  const bool res = a.residual != nullptr;
   return WithFwdKernel<T, kW>(a, [&](auto kernel) {
-    return LaunchWithSmem(decltype(kernel)::value, ClBlocks(a.batch, p.nchunk, a.dim, kV),
-                          dim3(kClX, kClY), smem, 0, stream, a, p.nchunk, p.steps);
-  });
-}
-
-template <typename T>
-cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  if (!ClStepsValid(false, WidthBucket(int(a.width)), p.steps)) return cudaErrorInvalidValue;
-  return WithWidthBucket(int(a.width), [&](auto w) {
-    return Launch<T, decltype(w)::value>(a, p, stream);
+    constexpr auto kKernel = decltype(kernel)::value;
+    const int per_sm = res ? BlocksPerSm<kKernel, kClX * kClY, StageBytes<T, kW>(true)>()
+                           : BlocksPerSm<kKernel, kClX * kClY, StageBytes<T, kW>(false)>();
+    int steps = 0;
+    const int64_t nchunk = ClRowChunks(a, false, per_sm, &steps);
+    if (nchunk <= 0 || !ClStepsValid(false, kW, steps)) return cudaErrorInvalidValue;
+    return LaunchWithSmem(kKernel, ClBlocks(a.batch, nchunk, a.dim, kV), dim3(kClX, kClY),
+                          StageBytes<T, kW>(res), 0, stream, a, nchunk, steps);
   });
 }
 
 }  // namespace
 
-int ClFwdBlocksPerSm(const ConvArgs& a) {
-  int n = 1;
-  WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
-    return WithWidthBucket(int(a.width), [&](auto w) {
-      using T = decltype(t);
-      constexpr int kW = decltype(w)::value;
-      return WithFwdKernel<T, kW>(a, [&](auto kernel) {
-        constexpr auto kKernel = decltype(kernel)::value;
-        n = a.residual ? BlocksPerSm<kKernel, kClX * kClY, StageBytes<T, kW>(true)>()
-                       : BlocksPerSm<kKernel, kClX * kClY, StageBytes<T, kW>(false)>();
-        return cudaSuccess;
-      });
-    });
+cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan&, cudaStream_t stream) {
+  return WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
+    return WithWidthBucket(int(a.width), [&](auto w) { return Launch<decltype(t), decltype(w)::value>(a, stream); });
   });
-  return n;
-}
-
-cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  return WithFloatType(a.x_dtype, cudaErrorNotSupported,
-                       [&](auto t) { return LaunchT<decltype(t)>(a, p, stream); });
 }
 
 }  // namespace jcc::cuda

@@ -62,17 +62,16 @@ struct ForwardPlan {
   enum Family { kNone, kStream, kMma, kWide, kMmaCl, kWideCl, kClRow, kTile } family = kNone;
   int64_t spans_per_row = 0;  // kStream: warp spans per row; kMma(Cl), kWide(Cl): spans per row
   int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx at W <= 8)
-  int64_t nchunk = 0;         // kClRow: time chunks per row
-  int steps = 0;              // kClRow: time steps a thread walks
 };
 
 struct BackwardPlan {
   enum Family { kNone, kStream, kWide, kWideCl, kClRow, kTile } family = kNone;
   int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx at W <= 8, stream_ids.cuh)
   int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
+                        // (kClRow: completed by its launcher, as are nparts and steps)
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
   int64_t nparts = 0;   // partial sums per (weight group, channel)
-  int steps = 0;        // kClRow: time steps a thread walks
+  int steps = 0;        // kClRow: time steps a thread walks (the launcher's)
 };
 
 ForwardPlan PlanForward(const ConvArgs& a);
@@ -89,7 +88,8 @@ cudaError_t ForwardTile(const ConvArgs& a, cudaStream_t stream);
 cudaError_t BackwardStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardWide(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardWideCl(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
-cudaError_t BackwardClRow(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
+// (completes the plan: its slice, chunks and parts, from the kernel's occupancy)
+cudaError_t BackwardClRow(const ConvArgs& a, BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 
 // Plan pieces each family computes for itself (0 / kNone: it does not fit).
@@ -97,11 +97,12 @@ int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chu
 int64_t WideSpans(const ConvArgs& a);  // spans per row, either wide family
 constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family
 // kClRow (cl_row_plan.cu): time chunks per row; *steps gets the time steps
-// a thread walks.
-int64_t ClRowChunks(const ConvArgs& a, bool backward, int* steps);
+// a thread walks. The plan asks with blocks_per_sm 0 (the bucket's base
+// slice, or JCC_CL_*_STEPS): at least as many chunks as the launch's, so
+// that what fits there fits the launch; the launcher, typed, asks again with its kernel's blocks an
+// SM, which may double the slice.
+int64_t ClRowChunks(const ConvArgs& a, bool backward, int blocks_per_sm, int* steps);
 int ClRowVec(const ConvArgs& a, bool backward);  // channels per thread
-int ClFwdBlocksPerSm(const ConvArgs& a);  // blocks an SM holds of the call's forward kernel
-int ClBwdBlocksPerSm(const ConvArgs& a);  // and of its backward kernel
 BackwardPlan TileBackwardPlan(const ConvArgs& a);
 
 // The decode hot paths (update_vec.cu, update_cl_vec.cu, update_ring_cf.cu):
