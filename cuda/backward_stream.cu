@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
-  static_assert(kW <= 8, "the mask words hold widths up to 8");
+  static_assert(kW <= 8 || kW == 12 || kW == 16, "exact widths: the taps are read kW a row");
   const IdPlace pl = LocateIdStream(a, spans_per_row);
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
@@ -265,15 +265,15 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
           }
         }
       } else {  // (padding outputs: g = 0 and no share; selects, no branch per output)
-        const Word mj = my_tap[j][lane];
+        const Word& mj = my_tap[j][lane];
 #pragma unroll
         for (int n = 0; n < N; ++n) {
-          const bool live = (mj >> (N * kH + n)) & 1;
+          const bool live = Bit(mj, N * kH + n);
           const float gv = silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
           g[n] = live ? gv : 0.f;
           if (j < V) {  // (a padding output's tap bits are clear: TapMaskWord)
 #pragma unroll
-            for (int k = 0; k < kH; ++k) sums[k] = (mj >> (n * kH + k)) & 1 ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
+            for (int k = 0; k < kH; ++k) sums[k] = Bit(mj, n * kH + k) ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
             sums[kH] = live ? fmaf(g[n], win[kH + n], sums[kH]) : sums[kH];
             sums[kW] += g[n];
           }
@@ -289,15 +289,15 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
         // dx[n] = sum over the outputs that take input n (output n + kH - k
         // by its tap k) of their own sequence; padding inputs 0
         float dx[N];
-        const Word mj = my_dx[j][lane];
+        const Word& mj = my_dx[j][lane];
         auto dxs = [&](auto plain) {  // (two call sites: the plain one has no test)
 #pragma unroll
           for (int n = 0; n < N; ++n) {
             float acc = w[kH] * gw[n];
 #pragma unroll
             for (int k = 0; k < kH; ++k)  // (a select of the sum, as MaskedTapSum)
-              acc = plain.value || ((mj >> (n * kH + k)) & 1) ? fmaf(w[k], gw[n + kH - k], acc) : acc;
-            dx[n] = plain.value || ((mj >> (N * kH + n)) & 1) ? acc : 0.f;
+              acc = plain.value || Bit(mj, n * kH + k) ? fmaf(w[k], gw[n + kH - k], acc) : acc;
+            dx[n] = plain.value || Bit(mj, N * kH + n) ? acc : 0.f;
           }
         };
         if ((dx_plain >> j) & 1)
@@ -318,11 +318,13 @@ cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws,
   const unsigned blocks = unsigned(StreamBlocks(a, p.nchunk));
   if (a.mode != SegmentMode::kSeqIdx)
     BwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
-  else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets; the plan gave one chunk a span)
+  else if (p.shared_ids)  // (W == kW; the plan gave one chunk a span)
     return LaunchWithSmem(BwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, p.nchunk), kStreamThreads,
                           2 * kStreamWarps * sizeof(BackwardStage<T>), sizeof(BwdIdsShared<T, kW>), stream, a, p.nchunk, ws);
-  else
+  else if constexpr (kW > 8)  // (W 9..11, 13..15: the buckets' absent taps, tap by tap)
     BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
+  else
+    return cudaErrorInvalidValue;  // (seq_idx at W <= 8 always shares the ids)
   return cudaGetLastError();
 }
 
