@@ -8,8 +8,9 @@
 //   dx = sum_k w[k] g[t + H - k],
 // the H inputs before a vector from the lanes behind and the H values of g
 // after it from the lanes ahead, by shuffles; g of the vector after the
-// chunk is computed by the lanes that load it. seq_idx at W <= 8:
-// BwdStreamIdsKernel below (stream_ids.cuh); above, kMasked: the ids come
+// chunk is computed by the lanes that load it. seq_idx at W <= 8, 12 and
+// 16: BwdStreamIdsKernel below (stream_ids.cuh); above, kMasked (W 9..11,
+// 13..15): the ids come
 // with x (stream.cuh), and warp steps whose windows leave their sequence
 // compare ids tap by tap. The warp's partial dweight/dbias go to
 // ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
@@ -160,7 +161,7 @@ struct BwdIdsShared {
   IdTaps<kW> taps[kStreamWarps];
 };
 
-// seq_idx at W <= 8 with the ids shared by kIdChannels channels a warp
+// seq_idx at W <= 8, 12 and 16 with the ids shared by kIdChannels channels a warp
 // (stream_ids.cuh): the mask words of one chunk (a span is one chunk) are made
 // once; then each channel runs BwdStreamKernel's pass, a warp step whose
 // words are not all set through selects, and writes its partial
@@ -171,7 +172,9 @@ struct BwdIdsShared {
 // 4 (unbounded it takes all 255 registers at some widths, for 2 blocks).
 // 5 blocks, which fit at 16-bit W <= 4 and float32 W <= 7 with 96
 // registers and no spill, measured slower: docs/performance-log.md,
-// 2026-11-27, eleventh session.)
+// 2026-11-27, eleventh session. W 12 and 16 take the same 4, not yet timed:
+// 128 registers, at most 34 bytes spilled; 16-bit W 12 / 16 use 49-55 KB of
+// shared memory a block, raised past 48 KB by LaunchWithSmem.)
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {

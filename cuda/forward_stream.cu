@@ -3,8 +3,8 @@
 // the residual) at once, plus the vector before the chunk when its halo
 // reaches there, gets the kW - 1 inputs before each vector from the lanes
 // behind by shuffles, and writes kVecs vectors of y. Every byte of x and y
-// moves once, fully coalesced. seq_idx at W <= 8: FwdStreamIdsKernel
-// below (stream_ids.cuh). Above, kMasked: each lane summarises its vectors'
+// moves once, fully coalesced. seq_idx at W <= 8, 12 and 16:
+// FwdStreamIdsKernel below (stream_ids.cuh). Above, kMasked: each lane summarises its vectors'
 // ids; a warp step whose windows all stay inside one sequence takes the
 // plain taps, the others compare ids tap by tap, all lanes alike (padding
 // outputs are 0 before the residual).
@@ -119,7 +119,7 @@ using FwdIdsShared = IdTaps<kW>[kStreamWarps];
 
 // (Blocks an SM asked of the compiler: without a bound it takes registers
 // that leave room for 4; from W = 5 on the mask words need more than 6
-// blocks' share without spilling.)
+// blocks' share without spilling; W 12 and 16 ask 4, not yet timed.)
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     FwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row) {
