@@ -8,8 +8,9 @@
 //   dx = sum_k w[k] g[t + H - k],
 // the H inputs before a vector from the lanes behind and the H values of g
 // after it from the lanes ahead, by shuffles; g of the vector after the
-// chunk is computed by the lanes that load it. seq_idx at W <= 8:
-// BwdStreamIdsKernel below (stream_ids.cuh); above, kMasked: the ids come
+// chunk is computed by the lanes that load it. seq_idx at W <= 8, 12 and
+// 16: BwdStreamIdsKernel below (stream_ids.cuh); above, kMasked (W 9..11,
+// 13..15): the ids come
 // with x (stream.cuh), and warp steps whose windows leave their sequence
 // compare ids tap by tap. The warp's partial dweight/dbias go to
 // ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
@@ -160,7 +161,7 @@ struct BwdIdsShared {
   IdTaps<kW> taps[kStreamWarps];
 };
 
-// seq_idx at W <= 8 with the ids shared by kIdChannels channels a warp
+// seq_idx at W <= 8, 12 and 16 with the ids shared by kIdChannels channels a warp
 // (stream_ids.cuh): the mask words of one chunk (a span is one chunk) are made
 // once; then each channel runs BwdStreamKernel's pass, a warp step whose
 // words are not all set through selects, and writes its partial
@@ -171,14 +172,16 @@ struct BwdIdsShared {
 // 4 (unbounded it takes all 255 registers at some widths, for 2 blocks).
 // 5 blocks, which fit at 16-bit W <= 4 and float32 W <= 7 with 96
 // registers and no spill, measured slower: docs/performance-log.md,
-// 2026-11-27, eleventh session.)
+// 2026-11-27, eleventh session. W 12 and 16 take the same 4, not yet timed:
+// 128 registers, at most 34 bytes spilled; 16-bit W 12 / 16 use 49-55 KB of
+// shared memory a block, raised past 48 KB by LaunchWithSmem.)
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
-  static_assert(kW <= 8, "the mask words hold widths up to 8");
+  static_assert(kW <= 8 || kW == 12 || kW == 16, "exact widths: the taps are read kW a row");
   const IdPlace pl = LocateIdStream(a, spans_per_row);
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
@@ -265,15 +268,15 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
           }
         }
       } else {  // (padding outputs: g = 0 and no share; selects, no branch per output)
-        const Word mj = my_tap[j][lane];
+        const Word& mj = my_tap[j][lane];
 #pragma unroll
         for (int n = 0; n < N; ++n) {
-          const bool live = (mj >> (N * kH + n)) & 1;
+          const bool live = Bit(mj, N * kH + n);
           const float gv = silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
           g[n] = live ? gv : 0.f;
           if (j < V) {  // (a padding output's tap bits are clear: TapMaskWord)
 #pragma unroll
-            for (int k = 0; k < kH; ++k) sums[k] = (mj >> (n * kH + k)) & 1 ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
+            for (int k = 0; k < kH; ++k) sums[k] = Bit(mj, n * kH + k) ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
             sums[kH] = live ? fmaf(g[n], win[kH + n], sums[kH]) : sums[kH];
             sums[kW] += g[n];
           }
@@ -289,15 +292,15 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
         // dx[n] = sum over the outputs that take input n (output n + kH - k
         // by its tap k) of their own sequence; padding inputs 0
         float dx[N];
-        const Word mj = my_dx[j][lane];
+        const Word& mj = my_dx[j][lane];
         auto dxs = [&](auto plain) {  // (two call sites: the plain one has no test)
 #pragma unroll
           for (int n = 0; n < N; ++n) {
             float acc = w[kH] * gw[n];
 #pragma unroll
             for (int k = 0; k < kH; ++k)  // (a select of the sum, as MaskedTapSum)
-              acc = plain.value || ((mj >> (n * kH + k)) & 1) ? fmaf(w[k], gw[n + kH - k], acc) : acc;
-            dx[n] = plain.value || ((mj >> (N * kH + n)) & 1) ? acc : 0.f;
+              acc = plain.value || Bit(mj, n * kH + k) ? fmaf(w[k], gw[n + kH - k], acc) : acc;
+            dx[n] = plain.value || Bit(mj, N * kH + n) ? acc : 0.f;
           }
         };
         if ((dx_plain >> j) & 1)
@@ -318,11 +321,13 @@ cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws,
   const unsigned blocks = unsigned(StreamBlocks(a, p.nchunk));
   if (a.mode != SegmentMode::kSeqIdx)
     BwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
-  else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets; the plan gave one chunk a span)
+  else if (p.shared_ids)  // (W == kW; the plan gave one chunk a span)
     return LaunchWithSmem(BwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, p.nchunk), kStreamThreads,
                           2 * kStreamWarps * sizeof(BackwardStage<T>), sizeof(BwdIdsShared<T, kW>), stream, a, p.nchunk, ws);
-  else
+  else if constexpr (kW > 8)  // (W 9..11, 13..15: the buckets' absent taps, tap by tap)
     BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
+  else
+    return cudaErrorInvalidValue;  // (seq_idx at W <= 8 always shares the ids)
   return cudaGetLastError();
 }
 

@@ -67,10 +67,13 @@ bool MmaFits(const ConvArgs& a) {
   return types && mode;
 }
 
-// Channels-first seq_idx at W <= 8 takes the streaming kernels that share
-// each chunk's masks among kIdChannels channels (stream_ids.cuh); their
-// backward walks one chunk a span.
-bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 8; }
+// Channels-first seq_idx at W <= 8, and at W 12 and 16 (the buckets' own
+// widths: no absent taps), takes the streaming kernels that share each
+// chunk's masks among kIdChannels channels (stream_ids.cuh), rather than
+// the tensor-core forward at W 16; they walk one chunk a span.
+bool SharedIds(const ConvArgs& a) {
+  return a.mode == SegmentMode::kSeqIdx && (a.width <= 8 || a.width == 12 || a.width == 16);
+}
 
 // The streaming forward lets a warp walk a span of chunks, so that its
 // setup (its place, taps, the vector before its first chunk) is paid once a
@@ -107,11 +110,13 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
   const bool rows = VectorRowsFit(a, a.residual, a.y);
   // (16-bit x from W = 13, the streaming kernels' bucket of 16 taps, on: the
-  // tensor-core forward measured faster there; docs/performance-log.md)
-  if (rows && a.width > 12 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
+  // tensor-core forward measured faster there; docs/performance-log.md.
+  // seq_idx at W 16 takes the shared-ids kernels instead: not yet timed)
+  if (rows && a.width > 12 && !SharedIds(a) && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kMma;
   } else if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, ForwardSpanChunks(a), &p.chunks_per_span)) > 0) {
     p.family = ForwardPlan::kStream;
+    p.shared_ids = SharedIds(a);
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
   } else if (WideClFits(a, a.residual, a.y) && a.width > 16 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
@@ -135,6 +140,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
   const bool rows = VectorRowsFit(a, a.dy, a.dx);
   if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, SharedIds(a) ? 1 : 4, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
+    p.shared_ids = SharedIds(a);
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {

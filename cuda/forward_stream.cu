@@ -3,8 +3,8 @@
 // the residual) at once, plus the vector before the chunk when its halo
 // reaches there, gets the kW - 1 inputs before each vector from the lanes
 // behind by shuffles, and writes kVecs vectors of y. Every byte of x and y
-// moves once, fully coalesced. seq_idx at W <= 8: FwdStreamIdsKernel
-// below (stream_ids.cuh). Above, kMasked: each lane summarises its vectors'
+// moves once, fully coalesced. seq_idx at W <= 8, 12 and 16:
+// FwdStreamIdsKernel below (stream_ids.cuh). Above, kMasked: each lane summarises its vectors'
 // ids; a warp step whose windows all stay inside one sequence takes the
 // plain taps, the others compare ids tap by tap, all lanes alike (padding
 // outputs are 0 before the residual).
@@ -119,14 +119,14 @@ using FwdIdsShared = IdTaps<kW>[kStreamWarps];
 
 // (Blocks an SM asked of the compiler: without a bound it takes registers
 // that leave room for 4; from W = 5 on the mask words need more than 6
-// blocks' share without spilling.)
+// blocks' share without spilling; W 12 and 16 ask 4, not yet timed.)
 template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     FwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
-  static_assert(kW <= 8, "the mask words hold widths up to 8");
+  static_assert(kW <= 8 || kW == 12 || kW == 16, "exact widths: the taps are read kW a row");
   const IdPlace pl = LocateIdStream(a, spans_per_row);
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
@@ -193,11 +193,11 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : 5)
 #pragma unroll
         for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, 0, bias), silu);
       } else {
-        const auto mj = m.tap[j];
+        const auto& mj = m.tap[j];
 #pragma unroll
         for (int n = 0; n < N; ++n) {  // (padding: 0, a select: no branch per output)
           const float v = Activate(MaskedTapSum<N, kH>(w, win, n, mj, bias), silu);
-          out[n] = (mj >> (N * kH + n)) & 1 ? v : 0.f;
+          out[n] = Bit(mj, N * kH + n) ? v : 0.f;
         }
       }
       if (res) AddResidual<T, N>(rr[j], out);
@@ -215,13 +215,15 @@ cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t s
   if (a.mode != SegmentMode::kSeqIdx)
     (walk ? FwdStreamKernel<T, kW, false, true> : FwdStreamKernel<T, kW, false, false>)
         <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);
-  else if constexpr (kW <= 8)  // (widths up to 8 are exact buckets; the plan gave one chunk a span)
+  else if (p.shared_ids)  // (W == kW; the plan gave one chunk a span)
     return LaunchWithSmem(FwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, spans), kStreamThreads,
                           2 * kStreamWarps * sizeof(ForwardStage<T>), sizeof(FwdIdsShared<kW>), stream, a,
                           spans);
-  else
+  else if constexpr (kW > 8)  // (W 9..11, 13..15: the buckets' absent taps, tap by tap)
     (walk ? FwdStreamKernel<T, kW, true, true> : FwdStreamKernel<T, kW, true, false>)
         <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);
+  else
+    return cudaErrorInvalidValue;  // (seq_idx at W <= 8 always shares the ids)
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
-// The streaming kernels' seq_idx path at W <= 8 with the ids shared by
-// channels (FwdStreamIdsKernel, BwdStreamIdsKernel; chosen by dispatch.cu's
-// SharedIds).
+// The streaming kernels' seq_idx path with the ids shared by channels
+// (FwdStreamIdsKernel, BwdStreamIdsKernel; chosen by dispatch.cu's
+// SharedIds): W <= 8, and W 12 and 16 (the buckets' own widths: these
+// kernels have no absent taps).
 //
 // A warp takes kIdChannels channels of one batch row over the same chunk. It
 // first turns the ids of its vectors into one mask word per vector
@@ -70,7 +71,7 @@ __device__ __forceinline__ void StageForwardChunk(const ConvArgs& a, const T* xr
 template <typename T>
 struct BackwardStage {
   static constexpr int V = Stream<T>::kVecs;
-  static constexpr int kQMax = 2;  // the most lanes a halo reaches at W <= 8 (float32)
+  static constexpr int kQMax = (15 + Stream<T>::kN - 1) / Stream<T>::kN;  // the most lanes a halo reaches (W 16)
   uint4 x[V][32], dy[V][32], x_before[kQMax], x_after[kQMax], dy_after[kQMax];
 };
 
@@ -157,9 +158,10 @@ struct alignas(16) IdTaps {
 // passes under the ids' loads, their registers held through the masks'
 // making) or after: measured per width and element size
 // (docs/performance-log.md, 2026-11-26, ninth session); after only at W = 8
-// with 16-bit elements, whose masks take the most registers.
+// with 16-bit elements, whose masks take the most registers (and, not
+// measured, at the 16-bit W 12 and 16, whose masks take more).
 template <typename T>
-__host__ __device__ constexpr bool IdTapsEarly(int w) { return !(w == 8 && sizeof(T) == 2); }
+__host__ __device__ constexpr bool IdTapsEarly(int w) { return !(w >= 8 && sizeof(T) == 2); }
 
 // This lane's share of the warp's taps (element lane + 32 r of the
 // channels' (kW + 1)-long rows); StoreIdTaps puts them in place.
@@ -204,22 +206,56 @@ __device__ __forceinline__ float IdChannelTaps(const IdTaps<kW>& t, int ch, floa
   return row[kW];
 }
 
+// Mask words past 64 bits (16-bit types at W 12 and 16: 96 and 128 bits):
+// K 32-bit words, bit p in word p / 32. Every bit position the kernels
+// test is a compile-time constant, so a bit costs what it costs in one
+// integer.
+template <int K>
+struct alignas(K == 4 ? 16 : 4) MaskWords {  // (whole 16-byte reads of 4 words)
+  uint32_t w[K];
+};
+
 // A vector's mask word: bit n kH + k for tap k < kH of output (or input) n,
-// bit N kH + n for output (input) n not padding; kAll: no bit masks.
+// bit N kH + n for output (input) n not padding; All(): no bit masks.
 template <int N, int kH>
 struct IdMask {
   static constexpr int kBits = N * kH + N;
-  using Word = std::conditional_t<(kBits <= 32), uint32_t, unsigned long long>;
-  static constexpr Word kAll = kBits == 8 * int(sizeof(Word)) ? ~Word(0) : (Word(1) << kBits) - 1;
+  using Word = std::conditional_t<(kBits <= 32), uint32_t,
+                                  std::conditional_t<(kBits <= 64), unsigned long long, MaskWords<(kBits + 31) / 32>>>;
+  __host__ __device__ static constexpr Word All() {
+    if constexpr (kBits <= 64) {
+      return kBits == 8 * int(sizeof(Word)) ? ~Word(0) : (Word(1) << kBits) - 1;
+    } else {
+      Word m{};
+      for (int i = 0; i < (kBits + 31) / 32; ++i)
+        m.w[i] = kBits - 32 * i >= 32 ? ~0u : (1u << (kBits - 32 * i)) - 1;
+      return m;
+    }
+  }
 };
 
-// Keeps a word one register: without it the compiler keeps every bit's
-// compare live until its use instead.
+// Bit p of a mask word, and setting it.
+__device__ __forceinline__ bool Bit(uint32_t m, int p) { return (m >> p) & 1; }
+__device__ __forceinline__ bool Bit(unsigned long long m, int p) { return (m >> p) & 1; }
+template <int K>
+__device__ __forceinline__ bool Bit(const MaskWords<K>& m, int p) { return (m.w[p >> 5] >> (p & 31)) & 1; }
+__device__ __forceinline__ void SetBit(uint32_t& m, int p, bool v) { m |= uint32_t(v) << p; }
+__device__ __forceinline__ void SetBit(unsigned long long& m, int p, bool v) { m |= (unsigned long long)(v) << p; }
+template <int K>
+__device__ __forceinline__ void SetBit(MaskWords<K>& m, int p, bool v) { m.w[p >> 5] |= uint32_t(v) << (p & 31); }
+
+// Keeps a word in registers as one value: without it the compiler keeps
+// every bit's compare live until its use instead.
 __device__ __forceinline__ void Opaque(uint32_t& v) { asm volatile("" : "+r"(v)); }
 __device__ __forceinline__ void Opaque(unsigned long long& v) { asm volatile("" : "+l"(v)); }
+template <int K>
+__device__ __forceinline__ void Opaque(MaskWords<K>& v) {
+#pragma unroll
+  for (int i = 0; i < K; ++i) Opaque(v.w[i]);
+}
 
 // Whether a vector's window (its ids cur and the kH ids of the halo on
-// one side) holds one live id (W = 1: every id live): its word is kAll.
+// one side) holds one live id (W = 1: every id live): its word is All().
 template <int N, int kH>
 __device__ __forceinline__ bool OneLiveId(const int32_t (&cur)[N], const int32_t (&halo)[kH > 0 ? kH : 1]) {
   bool one = cur[0] >= 0;
@@ -238,13 +274,13 @@ template <int N, int kH>
 __device__ __forceinline__ typename IdMask<N, kH>::Word TapMaskWord(const int32_t (&cur)[N],
                                                                     const int32_t (&h)[kH > 0 ? kH : 1]) {
   using Word = typename IdMask<N, kH>::Word;
-  Word m = 0;
+  Word m{};
 #pragma unroll
   for (int n = 0; n < N; ++n) {
 #pragma unroll
     for (int k = 0; k < kH; ++k)
-      m |= Word(cur[n] >= 0 && (n + k < kH ? h[n + k] : cur[n + k - kH]) == cur[n]) << (n * kH + k);
-    m |= Word(cur[n] >= 0) << (N * kH + n);
+      SetBit(m, n * kH + k, cur[n] >= 0 && (n + k < kH ? h[n + k] : cur[n + k - kH]) == cur[n]);
+    SetBit(m, N * kH + n, cur[n] >= 0);
   }
   Opaque(m);
   return m;
@@ -258,15 +294,15 @@ template <int N, int kH>
 __device__ __forceinline__ typename IdMask<N, kH>::Word DxMaskWord(const int32_t (&cur)[N],
                                                                    const int32_t (&r)[kH > 0 ? kH : 1]) {
   using Word = typename IdMask<N, kH>::Word;
-  Word m = 0;
+  Word m{};
 #pragma unroll
   for (int n = 0; n < N; ++n) {
 #pragma unroll
     for (int k = 0; k < kH; ++k) {
       const int i = n + kH - k;
-      m |= Word((i < N ? cur[i] : r[i - N]) == cur[n]) << (n * kH + k);
+      SetBit(m, n * kH + k, (i < N ? cur[i] : r[i - N]) == cur[n]);
     }
-    m |= Word(cur[n] >= 0) << (N * kH + n);
+    SetBit(m, N * kH + n, cur[n] >= 0);
   }
   Opaque(m);
   return m;
@@ -275,7 +311,7 @@ __device__ __forceinline__ typename IdMask<N, kH>::Word DxMaskWord(const int32_t
 // The words of a chunk's vectors: tap[j] for vectors j < kG (the forward's
 // kG = V; the backward's V + 1: the vector after the chunk too, whose ids
 // the lanes < kQ load) and, kDx, dx[j] for j < V. Bit j of tap_plain /
-// dx_plain: every lane's word j is kAll or past the end (a plain step).
+// dx_plain: every lane's word j is All() or past the end (a plain step).
 template <int N, int kH, int V, bool kDx>
 struct ChunkMasks {
   using Word = typename IdMask<N, kH>::Word;
@@ -299,11 +335,11 @@ __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int
     const bool dead = p0 >= a.len || (j == V && lane >= kQ);
     if (j + 1 < kG) LoadStreamIds<N>(a, b, p0 + 32 * N, hist, j + 1 < V || lane < kQ, next);
     // (a warp step whose windows all hold one live id skips the words: its
-    // word would be kAll on every lane, and no one reads it)
+    // word would be All() on every lane, and no one reads it)
     int32_t h[kH > 0 ? kH : 1];
     LeftHalo<N, kH>(cur, prev, lane, h);
     if (__all_sync(kFullMask, dead || OneLiveId<N, kH>(cur, h)))
-      m.tap[j] = M::kAll, m.tap_plain |= 1u << j;
+      m.tap[j] = M::All(), m.tap_plain |= 1u << j;
     else
       m.tap[j] = TapMaskWord<N, kH>(cur, h);
     if constexpr (kDx) {
@@ -311,7 +347,7 @@ __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int
         int32_t r[kH > 0 ? kH : 1];
         RightHalo<N, kH>(cur, next, lane, r);
         if (__all_sync(kFullMask, dead || OneLiveId<N, kH>(cur, r)))
-          m.dx[j] = M::kAll, m.dx_plain |= 1u << j;
+          m.dx[j] = M::All(), m.dx_plain |= 1u << j;
         else
           m.dx[j] = DxMaskWord<N, kH>(cur, r);
       }
@@ -328,11 +364,11 @@ __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int
 // as it is (a select of the sum, so that neither a non-finite input there
 // nor a non-finite weight on it reaches the output, as in the reference).
 template <int N, int kH, typename Word, int M>
-__device__ __forceinline__ float MaskedTapSum(const float (&w)[kH + 1], const float (&win)[M], int n, Word m,
+__device__ __forceinline__ float MaskedTapSum(const float (&w)[kH + 1], const float (&win)[M], int n, const Word& m,
                                               float acc) {
   acc = fmaf(w[kH], win[kH + n], acc);
 #pragma unroll
-  for (int k = 0; k < kH; ++k) acc = (m >> (n * kH + k)) & 1 ? fmaf(w[k], win[n + k], acc) : acc;
+  for (int k = 0; k < kH; ++k) acc = Bit(m, n * kH + k) ? fmaf(w[k], win[n + k], acc) : acc;
   return acc;
 }
 

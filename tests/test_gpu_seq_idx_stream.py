@@ -1,5 +1,5 @@
-"""Channels-first seq_idx in the streaming family at W <= 8 (the kernels
-that share each chunk's id masks among 8 channels, cuda/stream_ids.cuh),
+"""Channels-first seq_idx in the streaming family at W <= 8, 12 and 16 (the
+kernels that share each chunk's id masks among 8 channels, cuda/stream_ids.cuh),
 every width and dtype, GPU against the CPU kernels: rows of whole 16-byte
 vectors, channel counts that leave a partial group of 8 and a partial block, several
 chunks and a partial one, one-token segments across a chunk edge, padding in
@@ -64,8 +64,6 @@ def seq_grads_vs_cpu(x, w, b, sidx, cl, dtype):
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16])
 @pytest.mark.parametrize("cl", [False, True])
 def test_stream_seq_idx(dtype, W, cl):
-    if W > 8 and not cl:
-        pytest.skip("channels-first W > 8 is not the streaming family")
     rng = np.random.default_rng(W)
     for (B, D, L) in SHAPES[cl]:
         x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
@@ -87,23 +85,24 @@ def test_stream_seq_idx(dtype, W, cl):
     check(grads(fv, (0, 1)), (x[:2], wv), dtype, "stream seq_idx groups")
 
 
-@pytest.mark.parametrize("W", [2, 4, 8])
-def test_stream_seq_idx_edge_table(W):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("W", [2, 4, 8, 12, 16])
+def test_stream_seq_idx_edge_table(W, dtype):
     """tests/test_packed.py's edge rows (8 steps: one vector), as they are
     and stretched to two chunks and a partial one."""
     from test_packed import EDGE_ROWS
     table = np.stack([np.asarray(EDGE_ROWS[k], np.int32) for k in sorted(EDGE_ROWS)])
     rng = np.random.default_rng(W)
     for ids in (table, np.repeat(table, 264, axis=1)):
-        x, w, b, init = inputs(rng, ids.shape[0], 24, ids.shape[1], W, "bfloat16", False)
+        x, w, b, init = inputs(rng, ids.shape[0], 24, ids.shape[1], W, dtype, False)
         sidx = jnp.asarray(ids)
         f = lambda x, w, b, h: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
                                                  return_final_states=True, backend="ffi")
-        check(grads(f, (0, 1, 2, 3)), (x, w, b, init), "bfloat16", f"stream seq_idx edge table {ids.shape}")
+        check(grads(f, (0, 1, 2, 3)), (x, w, b, init), dtype, f"stream seq_idx edge table {ids.shape}")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize("W", [2, 5, 8, 10, 14])
+@pytest.mark.parametrize("W", [2, 5, 8, 10, 14, 16])
 @pytest.mark.parametrize("cl", [False, True])
 def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     """An Inf or NaN input stays in its own sequence: the next sequence's
