@@ -8,11 +8,25 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
                                " --xla_force_host_platform_device_count=8").strip()
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
+
+from helpers import on_cpu  # noqa: E402
 
 # float64 gradient checks need x64; every test names its dtypes explicitly.
 jax.config.update("jax_enable_x64", True)
 
 HERE = os.path.dirname(__file__)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "on_cpu: runs on the CPU device, whatever the "
+                                       "default device (tests/helpers.py)")
+
+
+@pytest.fixture(autouse=True)
+def _on_cpu_mark(request):
+    with on_cpu(request.node.get_closest_marker("on_cpu") is not None):
+        yield
 
 
 def pytest_runtest_logreport(report):

@@ -1,7 +1,31 @@
-"""Shared test helpers: random inputs and per-dtype tolerances."""
+"""Shared test helpers: random inputs, per-dtype tolerances, and running a
+test on the CPU device."""
 
+import contextlib
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+# float64 is CPU-only (SPEC), and some tests test the CPU kernels by name:
+# they run on the CPU device even where the default device is a GPU. Mark such
+# a test (or a parametrization) `on_cpu` (conftest.py applies it), or wrap one
+# that draws its dtype (hypothesis) in float64_on_cpu. Arrays made and programs
+# lowered under on_cpu() are the CPU's; jax.export's are not (it takes the
+# default backend): name its platforms.
+def on_cpu(when=True):
+    return jax.default_device(jax.devices("cpu")[0]) if when else contextlib.nullcontext()
+
+
+def float64_on_cpu(test):
+    """test(..., dtype=...), under on_cpu() where the dtype is float64."""
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        with on_cpu(kwargs["dtype"] == jnp.float64):
+            return test(*args, **kwargs)
+    return run
+
 
 DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16,
           "float64": jnp.float64}

@@ -284,6 +284,7 @@ def test_write_section(tmp_path):
     assert "matrix" in doc and doc.startswith("# Benchmarks")
 
 
+@pytest.mark.on_cpu  # (its program must run on the CPU: on a GPU it has a device time)
 def test_device_time_attribution():
     from benchmarks import timing
     events = [("a", 10, 20), ("b", 30, 40), ("c", 26, 49), ("d", 55, 60)]

@@ -26,7 +26,8 @@ def _cases():
     for i, (dt, W, cl) in enumerate(itertools.product(DTYPES, WIDTHS, [False, True])):
         yield pytest.param(dt, W, cl, bool(i % 2), ["silu", None][i // 2 % 2], MODES[i % 3],
                            bool(i // 3 % 2), SIZES[i % len(SIZES)],
-                           id=f"{dt}-W{W}-{'cl' if cl else 'cf'}-{i}")
+                           id=f"{dt}-W{W}-{'cl' if cl else 'cf'}-{i}",
+                           marks=pytest.mark.on_cpu if dt == "float64" else ())
 
 
 def _inputs(rng, dtype, W, cl, bias, mode, residual, size):
@@ -123,6 +124,7 @@ def test_empty_dimensions_give_empty_results():
     np.testing.assert_array_equal(f, h)  # L = 0: the history passes through
 
 
+@pytest.mark.on_cpu  # (float64)
 def test_nan_and_inf_propagate_like_the_reference():
     x = jnp.zeros((1, 2, 8)).at[0, 0, 3].set(jnp.nan).at[0, 1, 5].set(jnp.inf)
     w = jnp.ones((2, 3))
@@ -144,6 +146,7 @@ GRAD_CASES = [  # W, channels_last, act, mode, residual
 ]
 
 
+@pytest.mark.on_cpu
 @pytest.mark.parametrize("W,cl,act,mode,residual", GRAD_CASES)
 def test_gradients_numerically_float64(W, cl, act, mode, residual):
     rng = np.random.default_rng(W)

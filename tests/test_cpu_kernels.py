@@ -18,6 +18,8 @@ from jax_causal_conv import reference
 
 from helpers import DTYPES, close, rand
 
+pytestmark = pytest.mark.on_cpu  # the CPU kernels, also where the default device is a GPU
+
 
 # --- forward -------------------------------------------------------------------
 

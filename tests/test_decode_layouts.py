@@ -154,6 +154,7 @@ def _ops(jaxpr):
     return out
 
 
+@pytest.mark.on_cpu  # (float64: the CPU's custom call)
 @pytest.mark.parametrize("single", [True, False])
 @pytest.mark.parametrize("circular", [False, True])
 def test_channels_last_kernel_path_has_no_transpose(single, circular):
@@ -207,6 +208,7 @@ def test_update_without_slot_indices_computes_nothing_else(channels_last, circul
     np.testing.assert_array_equal(np.asarray(ns2), np.asarray(ns))
 
 
+@pytest.mark.on_cpu  # (float64: the CPU's custom call)
 @pytest.mark.parametrize("single", [True, False])
 def test_channels_last_update_is_in_place_when_donated(single):
     B, D, W = 3, 16, 4

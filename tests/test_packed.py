@@ -89,6 +89,7 @@ def test_edge_table_forward(name, W, cl, states):
                                   np.asarray(r)[np.broadcast_to(pad[:, None, :], y.shape)])
 
 
+@pytest.mark.on_cpu
 @pytest.mark.parametrize("name", sorted(EDGE_ROWS))
 @pytest.mark.parametrize("cl", [False, True])
 def test_edge_table_gradients_float64(name, cl):
@@ -123,6 +124,7 @@ def test_edge_table_gradients_float64(name, cl):
         np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.on_cpu  # (float64)
 def test_gradients_follow_the_masks():
     """Nothing flows through padding, d(initial_states) only from the first sequence."""
     rng = np.random.default_rng(0)
@@ -161,7 +163,8 @@ def _random_ids(rng, B, L, pad_tail, pad_middle, increasing):
 
 @pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 8, 17])
 @pytest.mark.parametrize("cl", [False, True])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16",
+                                   pytest.param("float64", marks=pytest.mark.on_cpu)])
 def test_random_patterns_against_oracle(W, cl, dtype):
     dt = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float64": jnp.float64}[dtype]
     rng = np.random.default_rng(W * 7 + cl)

@@ -21,7 +21,7 @@ import jax_causal_conv as jcc  # noqa: E402
 from jax_causal_conv import reference  # noqa: E402
 
 import oracle  # noqa: E402
-from helpers import close  # noqa: E402
+from helpers import close, float64_on_cpu  # noqa: E402
 
 settings.register_profile("ci", max_examples=10, deadline=None, derandomize=True,
                           suppress_health_check=list(HealthCheck))
@@ -53,6 +53,7 @@ def _arr(seed, shape, dtype):
        dtype=DT, cl=st.booleans(), bias=st.booleans(), act=st.sampled_from([None, "silu"]),
        mode=st.sampled_from(["plain", "seq_idx", "states"]), residual=st.booleans(),
        n_seq=st.integers(1, 5), seed=st.integers(0, 2**31))
+@float64_on_cpu
 def test_conv_property(B, D, L, W, dtype, cl, bias, act, mode, residual, n_seq, seed):
     xs = (B, L, D) if cl else (B, D, L)
     x = _arr(seed, xs, dtype)
@@ -75,6 +76,7 @@ def test_conv_property(B, D, L, W, dtype, cl, bias, act, mode, residual, n_seq, 
        B=st.sampled_from([1, 2]), D=st.sampled_from([1, 6]), W=st.sampled_from([1, 2, 3, 4, 5]),
        dtype=st.sampled_from([jnp.float32, jnp.float64]), cl=st.booleans(), states=st.booleans(),
        act=st.sampled_from([None, "silu"]), residual=st.booleans(), seed=st.integers(0, 2**31))
+@float64_on_cpu
 def test_packed_property(runs, B, D, W, dtype, cl, states, act, residual, seed):
     """Random seq_idx patterns: runs of ids that need not increase, may
     return, and may be padding (negative, several different values), with

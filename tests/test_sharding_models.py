@@ -4,9 +4,10 @@ sharded function, the layout-pinning wrappers of jax_causal_conv.sharding,
 and the example of docs/sharding.md."""
 
 import contextlib
-import io
 import os
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_causal_conv as jcc
 from jax_causal_conv import sharding as S
-from sharding_helpers import close, collectives, compiled, mesh, no_gathers, put
+from sharding_helpers import PLATFORM, close, collectives, compiled, mesh, no_gathers, put
 
 flax_nn = pytest.importorskip("flax.linen")
 optax = pytest.importorskip("optax")
@@ -113,7 +114,9 @@ def test_export_of_an_explicitly_sharded_function_runs_partitioned():
     m = mesh((2, 4), ("b", "s"), explicit=True)
     x, w = rand((4, 8, 32)), rand((8, 4))
     spec = NamedSharding(m, P("b", None, "s"))
-    exp = jax.export.export(jax.jit(_conv), disabled_checks=jcc.disabled_safety_checks())(
+    # for the mesh's platform (export would take the default backend's, a GPU's)
+    exp = jax.export.export(jax.jit(_conv), platforms=[{"gpu": "cuda"}.get(PLATFORM, PLATFORM)],
+                            disabled_checks=jcc.disabled_safety_checks())(
         jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=spec), jax.ShapeDtypeStruct(w.shape,
                                                                                   w.dtype))
     text = exp.mlir_module()
@@ -197,15 +200,21 @@ def test_wrapper_errors():
                                               seq_axis="s")
 
 
-def test_docs_example_runs():
+def test_docs_example_runs(tmp_path):
     path = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "sharding.md")
     if not os.path.exists(path):  # an installed test tree without docs
         pytest.skip("no docs/sharding.md")
-    out, scope = io.StringIO(), {}
-    with contextlib.redirect_stdout(out):
-        for code in re.findall(r"```python\n(.*?)```", open(path).read(), re.S):
-            exec(compile(code, "docs/sharding.md", "exec"), scope)
-    assert out.getvalue().splitlines() == [
+    # The example is a script for 8 CPU devices (it sets XLA_FLAGS before it
+    # imports jax): run as one, in a fresh process on the CPU, whatever the
+    # default backend here (conftest.py's XLA_FLAGS ask for the 8 devices).
+    code = "\n".join(re.findall(r"```python\n(.*?)```", open(path).read(), re.S))
+    pkg_parent = os.path.dirname(os.path.dirname(jcc.__file__))
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines() == [
         "P('data', 'seq') True",
         "['all-reduce f32[1,128,4]+f32[1,128]', 'collective-permute f32[2,3,128]']",
-        "P('data', 'seq', None)"], out.getvalue()
+        "P('data', 'seq', None)"], r.stdout

@@ -172,6 +172,7 @@ def test_slots_continue_sequences_across_calls():
         close(jnp.stack(outs[i], -1), _full(seqs[i][None], w, None, None)[0], jnp.float32)
 
 
+@pytest.mark.on_cpu  # (float64: the CPU's custom call)
 def test_update_is_in_place_when_donated():
     B, D, W = 2, 16, 4
     w = jnp.ones((D, W))
