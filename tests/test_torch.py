@@ -327,6 +327,25 @@ def test_compile_fullgraph_forward_backward_and_update():
     torch.testing.assert_close(state, state_ref, rtol=0, atol=0)
 
 
+def test_compile_fullgraph_after_jax_calls():
+    """A JAX call first (numpy dtypes meet the validation's dtype names),
+    then a fullgraph compile: torch 2.11's dynamo could not hash numpy
+    dtype keys in the dict its traced lookup reads (a graph break, an error
+    under fullgraph=True). Torch's own dtypes keep a cache of their own."""
+    import jax.numpy as jnp
+
+    import jax_causal_conv as jcc
+    from jax_causal_conv import validation
+    jcc.causal_conv1d(jnp.ones((1, 4, 8), jnp.float32), jnp.ones((4, 3), jnp.float32))
+    torch._dynamo.reset()
+    x, w = torch.randn(1, 4, 8), torch.randn(4, 3)
+    cf = torch.compile(lambda x, w: jt.causal_conv1d_fn(x, w, activation="silu"), fullgraph=True,
+                       backend="aot_eager")
+    close(cf(x, w), jt.causal_conv1d_fn(x, w, activation="silu"), torch.float32)
+    assert validation._TORCH_DTYPE_NAMES and all(isinstance(k, torch.dtype) for k in validation._TORCH_DTYPE_NAMES)
+    assert not any(isinstance(k, torch.dtype) for k in validation._NUMPY_DTYPE_NAMES)
+
+
 @pytest.mark.slow
 def test_compile_inductor_forward():
     torch._dynamo.reset()

@@ -63,7 +63,11 @@ JAX = Conventions(
 
 # --- names, shapes, dtypes ------------------------------------------------------------
 
-_DTYPE_NAMES: dict = {}
+# Numpy / jax dtypes and torch dtypes in caches of their own: under
+# torch.compile, dynamo traces the lookup and must model every key of the
+# dict it reads, and older torch (2.11) cannot hash numpy dtype keys.
+_NUMPY_DTYPE_NAMES: dict = {}
+_TORCH_DTYPE_NAMES: dict = {}
 
 
 def dtype_name(a) -> str:
@@ -71,13 +75,15 @@ def dtype_name(a) -> str:
     dtype alike; the type's name for objects without a dtype."""
     try:
         dt = a.dtype
-        return _DTYPE_NAMES[dt]
     except AttributeError:
         return type(a).__name__
+    names = _NUMPY_DTYPE_NAMES if isinstance(dt, np.dtype) else _TORCH_DTYPE_NAMES
+    try:
+        return names[dt]
     except KeyError:  # first sight of this dtype
         name = str(dt)
         name = name[6:] if name.startswith("torch.") else name
-        _DTYPE_NAMES[dt] = name
+        names[dt] = name
         return name
 
 
