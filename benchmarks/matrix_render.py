@@ -120,7 +120,8 @@ def table(recs, dev):
 def _runs(recs):
     seen = {}
     for r in recs:
-        k = (r["meta"]["date"], r["meta"].get("commit"), round(r["calib"]["copy_bytes_per_s"]))
+        k = (r["meta"]["date"], r["meta"].get("commit"), r["meta"].get("sources"),
+             round(r["calib"]["copy_bytes_per_s"]))
         seen[k] = r
     return list(seen.values())
 
@@ -134,7 +135,8 @@ def render_group(recs, plot_link=None):
     for r in _runs(recs):
         cal, m = r["calib"], r["meta"]
         out.append(f"- run of {m['date']} (jax {m['jax']}"
-                   + (f", commit {m['commit']}" if m.get("commit") else "") + f"): copy "
+                   + (f", commit {m['commit']}" if m.get("commit") else "")
+                   + (f", kernel sources {m['sources']}" if m.get("sources") else "") + f"): copy "
                    f"bandwidth {cal['copy_bytes_per_s'] / 1e9:.1f} GB/s ({cal['time_source']} "
                    f"time of an in-place `-x` pass over {cal['copy_bytes'] / 2 ** 21:.0f} MiB, read "
                    f"and written), "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -16,25 +17,44 @@ from jax_causal_conv.cli.bench_options import add_arguments, resolve_platform
 from jax_causal_conv.cli.bench_options import emit, write_section  # noqa: F401  (re-exported)
 
 
+def sources_digest(root):
+    """The first 8 hex digits of a SHA-1 over the kernel sources (cuda/,
+    csrc/: paths and contents), which name the kernels measured even where
+    the checkout's git HEAD is stale (a copied working tree)."""
+    h = hashlib.sha1()
+    for sub in ("cuda", "csrc"):
+        for dirpath, dirnames, files in sorted(os.walk(os.path.join(root, sub))):
+            dirnames.sort()
+            for name in sorted(files):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(f.read())
+    return h.hexdigest()[:8]
+
+
 def run_meta(platform):
-    """Where and when: platform, device kind, date, versions, git commit."""
+    """Where and when: platform, device kind, date, versions, git commit
+    ('-dirty' when the tree differs from it) and the kernel sources' digest."""
     import jax
 
     import jax_causal_conv as jcc
     dev = jax.devices(platform)[0]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        here = os.path.dirname(os.path.abspath(__file__))
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, text=True,
-                                capture_output=True, timeout=10).stdout.strip() or None
+        commit = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=root,
+                                text=True, capture_output=True, timeout=10).stdout.strip() or None
     except Exception:  # no git, not a checkout
         commit = None
+    sources = sources_digest(root) if os.path.isdir(os.path.join(root, "cuda")) else None
     return dict(platform=platform, device=getattr(dev, "device_kind", platform),
                 date=datetime.date.today().isoformat(), jax=jax.__version__,
-                jax_causal_conv=jcc.__version__, commit=commit)
+                jax_causal_conv=jcc.__version__, commit=commit, sources=sources)
 
 
 def heading(meta, what):
     commit = f", commit {meta['commit']}" if meta.get("commit") else ""
+    commit += f" (kernel sources {meta['sources']})" if meta.get("sources") else ""
     return (f"### {what}: {meta['device']} ({meta['platform']}), {meta['date']}, "
             f"jax {meta['jax']}{commit}")
 

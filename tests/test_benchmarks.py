@@ -442,3 +442,20 @@ def test_matrix_compare_side_by_side(tmp_path, capsys):
     assert "| base | ch8 | XLA |" in lines[0]
     assert lines[2].endswith("| 4 | fwd | 10.0 | 9.5 | 30.0 |")
     assert lines[3].endswith("| 8 | fwd | 20.0 | — | 40.0 |")
+
+
+def test_sources_digest_names_the_kernel_sources(tmp_path):
+    """The reports' kernel-sources digest follows the contents and paths of
+    cuda/ and csrc/ (a device copy's git HEAD can be stale) and nothing else."""
+    for sub, name, text in (("cuda", "a.cu", "x"), ("csrc", "b.h", "y"), ("docs", "c.md", "z")):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / name).write_text(text)
+    d0 = report.sources_digest(str(tmp_path))
+    assert d0 == report.sources_digest(str(tmp_path)) and len(d0) == 8
+    (tmp_path / "docs" / "c.md").write_text("changed")
+    assert report.sources_digest(str(tmp_path)) == d0
+    (tmp_path / "cuda" / "a.cu").write_text("x2")
+    d1 = report.sources_digest(str(tmp_path))
+    assert d1 != d0
+    (tmp_path / "cuda" / "a.cu").rename(tmp_path / "cuda" / "a2.cu")
+    assert report.sources_digest(str(tmp_path)) != d1
