@@ -3,6 +3,7 @@ test on the CPU device."""
 
 import contextlib
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +26,15 @@ def float64_on_cpu(test):
         with on_cpu(kwargs["dtype"] == jnp.float64):
             return test(*args, **kwargs)
     return run
+
+
+def package_env(**extra):
+    """The environment of a fresh Python process that imports the package
+    under test (installed, or the source tree in development), plus extra."""
+    import jax_causal_conv
+    pkg_parent = os.path.dirname(os.path.dirname(jax_causal_conv.__file__))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]),
+                **extra)
 
 
 DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16,

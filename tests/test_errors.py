@@ -2,7 +2,6 @@
 trace time; malformed calls sent straight to the FFI targets come back as
 XLA errors, never a crash (checked in a subprocess)."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ import pytest
 
 import jax_causal_conv as jcc
 from jax_causal_conv import validation as V
+from helpers import package_env
 
 f32 = jnp.float32
 X = jnp.ones((2, 4, 10))
@@ -248,9 +248,7 @@ FFI_CHILD = textwrap.dedent("""
 def test_malformed_ffi_calls_return_errors_not_crashes(tmp_path):
     script = tmp_path / "child.py"
     script.write_text(FFI_CHILD)
-    pkg_parent = os.path.dirname(os.path.dirname(jcc.__file__))
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]))
+    env = package_env(JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import jax_causal_conv as jcc
 
 from gpu_support import CPU, DRY_RUN, DT, GPU, MARKS, check, grads, inputs, run
+from helpers import package_env
 
 pytestmark = MARKS
 
@@ -308,15 +309,12 @@ def test_small_command_buffers(tmp_path):
     """Every handler declares itself command-buffer compatible: run a model
     using all four targets with XLA capturing custom calls into command
     buffers (CUDA graphs), replay it, and compare with the CPU kernels."""
-    import os
     import subprocess
     import sys
     script = tmp_path / "child.py"
     script.write_text(CMD_BUFFER_CHILD)
-    pkg_parent = os.path.dirname(os.path.dirname(jcc.__file__))
-    env = dict(os.environ, XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
-               "--xla_gpu_graph_min_graph_size=1",
-               PYTHONPATH=os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]))
+    env = package_env(XLA_FLAGS="--xla_gpu_enable_command_buffer=FUSION,CUSTOM_CALL "
+                                "--xla_gpu_graph_min_graph_size=1")
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
                        timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]

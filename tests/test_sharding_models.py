@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jax_causal_conv as jcc
 from jax_causal_conv import sharding as S
+from helpers import package_env
 from sharding_helpers import PLATFORM, close, collectives, compiled, mesh, no_gathers, put
 
 flax_nn = pytest.importorskip("flax.linen")
@@ -208,9 +209,7 @@ def test_docs_example_runs(tmp_path):
     # imports jax): run as one, in a fresh process on the CPU, whatever the
     # default backend here (conftest.py's XLA_FLAGS ask for the 8 devices).
     code = "\n".join(re.findall(r"```python\n(.*?)```", open(path).read(), re.S))
-    pkg_parent = os.path.dirname(os.path.dirname(jcc.__file__))
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]))
+    env = package_env(JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]

@@ -1,6 +1,5 @@
 """vmap folds into one launch, jit, grad under vmap, and jax.export round trips."""
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ import pytest
 import jax_causal_conv as jcc
 from jax_causal_conv import reference
 
-from helpers import close, custom_calls, rand
+from helpers import close, custom_calls, package_env, rand
 
 rng = np.random.default_rng(0)
 B, D, L, W = 2, 6, 13, 4
@@ -170,9 +169,7 @@ def test_export_round_trip_in_a_fresh_process(tmp_path):
     np.savez(tmp_path / "d.npz", **{f"in{i}": np.asarray(a) for i, a in enumerate(args)},
              **{f"out{i}": np.asarray(o) for i, o in enumerate(outs)})
     (tmp_path / "child.py").write_text(EXPORT_CHILD)
-    pkg_parent = os.path.dirname(os.path.dirname(jcc.__file__))
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]))
+    env = package_env(JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(tmp_path / "f.bin"),
                         str(tmp_path / "d.npz")], capture_output=True, text=True, env=env,
                        timeout=300)
