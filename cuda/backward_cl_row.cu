@@ -1,7 +1,8 @@
 // Channels-last backward over whole aligned channel vectors (see
 // cl_row.cuh): each thread owns kV channels and a slice of `steps` steps
-// (the launcher's, written back into the plan), stages x and dy through shared memory with cp.async a group of
-// steps ahead (double buffered), and walks forwards:
+// (the launcher's, written back into the plan), stages x and dy through
+// shared memory with cp.async a group of steps ahead (double buffered), and
+// walks forwards:
 //   g[t] = dy[t] act'(pre[t]) (zero on padding),  dweight[k] += g[t] tap_k(t),
 //   dx[p] = sum_k w[k] g[p + H - k]  (outputs of p's sequence),
 // emitting dx H steps behind the g it computes. Whole groups of steps are

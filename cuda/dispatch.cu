@@ -37,8 +37,9 @@ bool ClRowFits(const ConvArgs& a, bool backward, const void* in2, const void* ou
 }
 
 // ... and their grid at the plan's slice (the base, or JCC_CL_*_STEPS: at
-// least as many chunks as the launch's) fits a launch. (The forward's launcher picks its slice; the backward's plan
-// keeps the chunks for its workspace check, completed by the launcher.)
+// least as many chunks as the launch's) fits a launch. (The forward's
+// launcher picks its slice; the backward's plan keeps the chunks for its
+// workspace check, completed by the launcher.)
 bool ClRowGridFits(const ConvArgs& a, bool backward) {
   int steps = 0;
   return ClRowChunks(a, backward, 0, &steps) > 0;

@@ -101,8 +101,8 @@ constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last
 // kClRow (cl_row_plan.cu): time chunks per row; *steps gets the time steps
 // a thread walks. The plan asks with blocks_per_sm 0 (the bucket's base
 // slice, or JCC_CL_*_STEPS): at least as many chunks as the launch's, so
-// that what fits there fits the launch; the launcher, typed, asks again with its kernel's blocks an
-// SM, which may double the slice.
+// that what fits there fits the launch; the launcher, typed, asks again
+// with its kernel's blocks an SM, which may double the slice.
 int64_t ClRowChunks(const ConvArgs& a, bool backward, int blocks_per_sm, int* steps);
 int ClRowVec(const ConvArgs& a, bool backward);  // channels per thread
 BackwardPlan TileBackwardPlan(const ConvArgs& a);
