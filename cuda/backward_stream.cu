@@ -8,11 +8,9 @@
 //   dx = sum_k w[k] g[t + H - k],
 // the H inputs before a vector from the lanes behind and the H values of g
 // after it from the lanes ahead, by shuffles; g of the vector after the
-// chunk is computed by the lanes that load it. seq_idx at W <= 8, 12 and
-// 16: BwdStreamIdsKernel below (stream_ids.cuh); above, kMasked (W 9..11,
-// 13..15): the ids come
-// with x (stream.cuh), and warp steps whose windows leave their sequence
-// compare ids tap by tap. The warp's partial dweight/dbias go to
+// chunk is computed by the lanes that load it. seq_idx: BwdStreamIdsKernel
+// below (stream_ids.cuh), compiled at each W <= 16. The warp's partial
+// dweight/dbias go to
 // ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
 // states.cu's ReduceKernel; dinitial_states and the final-states cotangent
 // are left to StatesGradKernel.
@@ -27,11 +25,10 @@ namespace {
 // W <= 8, 4 blocks; more blocks measured faster, and ptxas fits W <= 4 in 6
 // blocks' share and W <= 8 in 5 without more than a word of spill. The
 // buckets 12 and 16 took 158-191 registers unbounded (2-3 blocks); 4
-// blocks' 128 measured faster except for the masked bucket 12, whose
-// spills cost more than the blocks gain: docs/performance-log.md,
-// 2026-11-27, sixteenth session.)
-template <typename T, int kW, bool kMasked>
-__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : kMasked && kW <= 12 ? 0 : 4)
+// blocks' 128 measured faster: docs/performance-log.md, 2026-11-27,
+// sixteenth session.)
+template <typename T, int kW>
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
@@ -48,7 +45,6 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : kM
   const T* dyrow = static_cast<const T*>(a.dy) + row;
   T* dxrow = static_cast<T*>(a.dx) + row;
   const bool silu = a.act == Activation::kSilu;
-  const int32_t hist = kMasked ? HistoryId(a, b) : 0;
   float w[kW];
   const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
   float part[kW + 1] = {};  // partial dweight (bucket slots) and dbias (index kW)
@@ -56,85 +52,52 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : kM
   for (int64_t ci = pl.first_chunk; ci < chunk_end; ++ci) {
     const int64_t c0 = ci * S::kChunk;
     // All loads first: xr[j + 1] = x vector j (j = -1 .. V: before the
-    // chunk, its vectors, after it), dyr[j] = dy vector j (j = 0 .. V), and
-    // with seq_idx sum[j + 1] = the summary of x vector j's ids (stream.cuh).
+    // chunk, its vectors, after it), dyr[j] = dy vector j (j = 0 .. V).
     uint4 xr[V + 2], dyr[V + 1];
-    int32_t sum[kMasked ? V + 2 : 1];
     const bool before = kQ > 0 && lane >= 32 - kQ;
     const int64_t t_before = c0 - (32 - lane) * N;
     LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, xr, dyr);
-    if constexpr (kMasked) {
-      sum[0] = StreamIdSummary<N>(a, b, t_before, hist, before);
-#pragma unroll
-      for (int j = 0; j <= V; ++j)
-        sum[j + 1] = StreamIdSummary<N>(a, b, c0 + int64_t(j * 32 + lane) * N, hist, j < V || lane < kQ);
-    }
 
     // g of vector j (j == V: the vector after the chunk, lanes < kQ), and
     // for j < V this vector's share of dweight/dbias. Every lane calls it.
-    // seq_idx: as in the forward, a warp step whose windows all hold one
-    // live id takes the plain taps, the others compare ids tap by tap.
     auto g_of = [&](int j, float (&g)[N]) {
       float cur[N], h[kHs], dyv[N];
       UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);
       Unpack<T, N>(dyr[j], dyv);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       const bool dead = p0 >= L || (j == V && lane >= kQ);
-      bool plain = true;
-      if constexpr (kMasked) {  // (every lane shuffles: no short-circuit)
-        const bool same = SameLiveId<kQ, false>(sum[j + 1], sum[j], lane);
-        plain = __all_sync(kFullMask, dead || same);
-      }
 #pragma unroll
       for (int n = 0; n < N; ++n) g[n] = 0.f;
       if (dead) return;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
       InputWindow<N, kH>(h, cur, win);
-      // g and the dweight/dbias shares over TapOn's taps (idw: the window's
-      // ids, or none); padding outputs have g = 0 and no share
-      auto grads = [&](const int32_t* idw) {
+      // g and the dweight/dbias shares over the taps present
 #pragma unroll
-        for (int n = 0; n < N; ++n) {
-          const bool live = idw == nullptr || idw[kH + n] >= 0;
-          g[n] = live ? (silu ? ActGrad(TapSum(w, win, n, pad, bias, idw), dyv[n], true) : dyv[n]) : 0.f;
-          if (j < V && live) {
+      for (int n = 0; n < N; ++n) {
+        g[n] = silu ? ActGrad(TapSum(w, win, n, pad, bias), dyv[n], true) : dyv[n];
+        if (j < V) {
 #pragma unroll
-            for (int k = 0; k < kW; ++k)
-              if (TapOn<kW>(k, n, pad, idw)) part[k] += g[n] * win[n + k];
-            part[kW] += g[n];
-          }
+          for (int k = 0; k < kW; ++k)
+            if (TapPresent<kW>(k, pad)) part[k] += g[n] * win[n + k];
+          part[kW] += g[n];
         }
-      };
-      WithStepIds<kMasked, N, -kH, kH + N>(plain, a, b, p0, hist, grads);  // idw[i]: step p0 - kH + i
+      }
     };
 
     WalkGradVectors<N, kH, V>(lane, g_of, [&](int j, const float(&gcur)[N], const float(&r)[kHs]) {
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
-      // seq_idx: plain when this vector and the outputs its inputs reach
-      // (the next kH steps) hold one live id
-      bool plain = true;
-      if constexpr (kMasked) {  // (every lane shuffles: no short-circuit)
-        const bool same = SameLiveId<kQ, true>(sum[j + 1], sum[j + 2], lane);
-        plain = __all_sync(kFullMask, p0 >= L || same);
-      }
       if (p0 < L) {
         float gw[N + kH];  // gw[i] is g at step p0 + i
         GradWindow<N, kH>(gcur, r, gw);
-        // dx over the outputs that take each input: all of them, or (idr:
-        // the ids of steps p0 ..) those of the input's own live id
         float dx[N];
-        auto dxs = [&](const int32_t* idr) {
 #pragma unroll
-          for (int n = 0; n < N; ++n) {
-            float acc = 0.f;
+        for (int n = 0; n < N; ++n) {
+          float acc = 0.f;
 #pragma unroll
-            for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
-              if (TapPresent<kW>(k, pad) && (idr == nullptr || idr[n + kH - k] == idr[n]))
-                acc += w[k] * gw[n + kH - k];
-            dx[n] = idr == nullptr || idr[n] >= 0 ? acc : 0.f;
-          }
-        };
-        WithStepIds<kMasked, N, 0, N + kH>(plain, a, b, p0, hist, dxs);  // idr[i]: step p0 + i
+          for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
+            if (TapPresent<kW>(k, pad)) acc += w[k] * gw[n + kH - k];
+          dx[n] = acc;
+        }
         StoreVec<T, N>(dxrow + p0, dx);
       }
     });
@@ -161,7 +124,7 @@ struct BwdIdsShared {
   IdTaps<kW> taps[kStreamWarps];
 };
 
-// seq_idx at W <= 8, 12 and 16 with the ids shared by kIdChannels channels a warp
+// seq_idx at W <= 16 (W == kW) with the ids shared by kIdChannels channels a warp
 // (stream_ids.cuh): the mask words of one chunk (a span is one chunk) are made
 // once; then each channel runs BwdStreamKernel's pass, a warp step whose
 // words are not all set through selects, and writes its partial
@@ -181,7 +144,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
-  static_assert(kW <= 8 || kW == 12 || kW == 16, "exact widths: the taps are read kW a row");
+  static_assert(kW >= 1 && kW <= 16, "launched at W == kW (WithExactWidth16): the taps are read kW a row");
   const IdPlace pl = LocateIdStream(a, spans_per_row);
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
@@ -318,21 +281,25 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
 
 template <typename T, int kW>
 cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  const unsigned blocks = unsigned(StreamBlocks(a, p.nchunk));
-  if (a.mode != SegmentMode::kSeqIdx)
-    BwdStreamKernel<T, kW, false><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
-  else if (p.shared_ids)  // (W == kW; the plan gave one chunk a span)
-    return LaunchWithSmem(BwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, p.nchunk), kStreamThreads,
-                          2 * kStreamWarps * sizeof(BackwardStage<T>), sizeof(BwdIdsShared<T, kW>), stream, a, p.nchunk, ws);
-  else if constexpr (kW > 8)  // (W 9..11, 13..15: the buckets' absent taps, tap by tap)
-    BwdStreamKernel<T, kW, true><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, int(p.chunks_per_span), ws);
-  else
-    return cudaErrorInvalidValue;  // (seq_idx at W <= 8 always shares the ids)
+  BwdStreamKernel<T, kW><<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(
+      a, p.nchunk, int(p.chunks_per_span), ws);
   return cudaGetLastError();
+}
+
+// seq_idx: W == kW (the plan gave one chunk a span)
+template <typename T, int kW>
+cudaError_t LaunchBwdStreamIds(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
+  return LaunchWithSmem(BwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, p.nchunk), kStreamThreads,
+                        2 * kStreamWarps * sizeof(BackwardStage<T>), sizeof(BwdIdsShared<T, kW>), stream, a,
+                        p.nchunk, ws);
 }
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
+  if (a.mode == SegmentMode::kSeqIdx)
+    return p.shared_ids ? WithExactWidth16(int(a.width), [&](auto w) {
+      return LaunchBwdStreamIds<T, decltype(w)::value>(a, p, ws, stream);
+    }) : cudaErrorInvalidValue;
   return WithWidthBucket(int(a.width), [&](auto w) {
     return LaunchBwdStream<T, decltype(w)::value>(a, p, ws, stream);
   });

@@ -178,6 +178,31 @@ cudaError_t WithWidthBucket(int W, F&& f) {
   }
 }
 
+// W 1..16 as a compile-time width of its own (kernels without absent taps:
+// the channels-first shared-ids kernels).
+template <typename F>
+cudaError_t WithExactWidth16(int W, F&& f) {
+  switch (W) {
+    case 1: return f(std::integral_constant<int, 1>());
+    case 2: return f(std::integral_constant<int, 2>());
+    case 3: return f(std::integral_constant<int, 3>());
+    case 4: return f(std::integral_constant<int, 4>());
+    case 5: return f(std::integral_constant<int, 5>());
+    case 6: return f(std::integral_constant<int, 6>());
+    case 7: return f(std::integral_constant<int, 7>());
+    case 8: return f(std::integral_constant<int, 8>());
+    case 9: return f(std::integral_constant<int, 9>());
+    case 10: return f(std::integral_constant<int, 10>());
+    case 11: return f(std::integral_constant<int, 11>());
+    case 12: return f(std::integral_constant<int, 12>());
+    case 13: return f(std::integral_constant<int, 13>());
+    case 14: return f(std::integral_constant<int, 14>());
+    case 15: return f(std::integral_constant<int, 15>());
+    case 16: return f(std::integral_constant<int, 16>());
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 // --- activation ---------------------------------------------------------------
 __device__ __forceinline__ float Sigmoid(float v) { return 1.f / (1.f + __expf(-v)); }
 

@@ -68,13 +68,11 @@ bool MmaFits(const ConvArgs& a) {
   return types && mode;
 }
 
-// Channels-first seq_idx at W <= 8, and at W 12 and 16 (the buckets' own
-// widths: no absent taps), takes the streaming kernels that share each
-// chunk's masks among kIdChannels channels (stream_ids.cuh), rather than
-// the tensor-core forward at W 16; they walk one chunk a span.
-bool SharedIds(const ConvArgs& a) {
-  return a.mode == SegmentMode::kSeqIdx && (a.width <= 8 || a.width == 12 || a.width == 16);
-}
+// Channels-first seq_idx at W <= 16 takes the streaming kernels that share
+// each chunk's masks among kIdChannels channels (stream_ids.cuh), compiled
+// at each width (no absent taps), rather than the tensor-core forward at W
+// 13..16; they walk one chunk a span.
+bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 16; }
 
 // The streaming forward lets a warp walk a span of chunks, so that its
 // setup (its place, taps, the vector before its first chunk) is paid once a
@@ -112,7 +110,7 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   const bool rows = VectorRowsFit(a, a.residual, a.y);
   // (16-bit x from W = 13, the streaming kernels' bucket of 16 taps, on: the
   // tensor-core forward measured faster there; docs/performance-log.md.
-  // seq_idx at W 16 takes the shared-ids kernels instead, measured faster:
+  // seq_idx takes the shared-ids kernels instead, measured faster at W 16:
   // seventeenth session)
   if (rows && a.width > 12 && !SharedIds(a) && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kMma;

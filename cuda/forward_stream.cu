@@ -3,11 +3,8 @@
 // the residual) at once, plus the vector before the chunk when its halo
 // reaches there, gets the kW - 1 inputs before each vector from the lanes
 // behind by shuffles, and writes kVecs vectors of y. Every byte of x and y
-// moves once, fully coalesced. seq_idx at W <= 8, 12 and 16:
-// FwdStreamIdsKernel below (stream_ids.cuh). Above, kMasked: each lane summarises its vectors'
-// ids; a warp step whose windows all stay inside one sequence takes the
-// plain taps, the others compare ids tap by tap, all lanes alike (padding
-// outputs are 0 before the residual).
+// moves once, fully coalesced. seq_idx: FwdStreamIdsKernel below
+// (stream_ids.cuh), compiled at each W <= 16.
 #include "launchers.h"
 #include "stream.cuh"
 #include "stream_ids.cuh"
@@ -18,7 +15,7 @@ namespace {
 // kWalk (spans of more than one chunk, dispatch.cu's ForwardSpanChunks):
 // the warp walks chunks_per_span chunks, its setup paid once; the vector
 // before each later chunk is the last one of the chunk before.
-template <typename T, int kW, bool kMasked, bool kWalk>
+template <typename T, int kW, bool kWalk>
 __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
     FwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span) {
   using S = Stream<T>;
@@ -35,11 +32,8 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
 
   // xr[j + 1] = vector j of the chunk, xr[0] = the vector before it (lanes
   // whose halo reaches there; kWalk: after the span's first chunk, the last
-  // vector of the chunk before); with seq_idx the ids' summaries likewise.
-  // The taps and the history id are loaded with the first chunk.
+  // vector of the chunk before). The taps are loaded with the first chunk.
   uint4 xr[V + 1], rr[V];
-  int32_t sum[kMasked ? V + 1 : 1];
-  int32_t hist = 0;
   float w[kW], bias = 0.f;
   bool head = true;  // the span's first chunk
   int64_t ci = pl.first_chunk;
@@ -54,13 +48,6 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
     for (int j = 0; j < V; ++j) {
       const int64_t t = c0 + int64_t(j * 32 + lane) * N;
       xr[j + 1] = t < L ? LoadRaw16(xrow + t) : zero;
-    }
-    if constexpr (kMasked) {
-      if (head) hist = HistoryId(a, b);
-      if (head) sum[0] = StreamIdSummary<N>(a, b, t_before, hist, before);
-#pragma unroll
-      for (int j = 0; j < V; ++j)
-        sum[j + 1] = StreamIdSummary<N>(a, b, c0 + int64_t(j * 32 + lane) * N, hist, true);
     }
     const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
     if (res) {
@@ -81,34 +68,14 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
       InputWindow<N, kH>(h, cur, win);
-      float out[N];
-      unsigned live = ~0u;  // bit n: output n is not padding
-      // seq_idx: a warp whose windows all hold one live id takes the plain
-      // taps, the others compare every tap's id with its output's (stream.cuh)
-      bool plain = true;
-      if constexpr (kMasked) {  // (every lane shuffles: no short-circuit)
-        const bool same = SameLiveId<kQ, false>(sum[j + 1], sum[j], lane);
-        plain = __all_sync(kFullMask, p0 >= L || same);
-      }
       if (p0 >= L) continue;
-      // pre-activations over TapOn's taps (idw: the window's ids, or none)
-      auto pres = [&](const int32_t* idw) {
+      float out[N];  // over the taps present (TapSum)
 #pragma unroll
-        for (int n = 0; n < N; ++n) {
-          out[n] = TapSum(w, win, n, pad, bias, idw);
-          if (idw != nullptr && idw[kH + n] < 0) live &= ~(1u << n);
-        }
-      };
-      WithStepIds<kMasked, N, -kH, kH + N>(plain, a, b, p0, hist, pres);  // idw[i]: step p0 - kH + i
-#pragma unroll
-      for (int n = 0; n < N; ++n) out[n] = (live >> n) & 1 ? Activate(out[n], silu) : 0.f;
+      for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, pad, bias), silu);
       if (res) AddResidual<T, N>(rr[j], out);
       StoreVec<T, N>(yrow + p0, out);
     }
-    if constexpr (kWalk) {
-      xr[0] = xr[V];
-      if constexpr (kMasked) sum[0] = sum[V];
-    }
+    if constexpr (kWalk) xr[0] = xr[V];
     head = false;
   } while (kWalk && ++ci < chunk_end);
 }
@@ -126,7 +93,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
-  static_assert(kW <= 8 || kW == 12 || kW == 16, "exact widths: the taps are read kW a row");
+  static_assert(kW >= 1 && kW <= 16, "launched at W == kW (WithExactWidth16): the taps are read kW a row");
   const IdPlace pl = LocateIdStream(a, spans_per_row);
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
@@ -209,26 +176,26 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
 template <typename T, int kW>
 cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   const int64_t spans = p.spans_per_row;
-  const unsigned blocks = unsigned(StreamBlocks(a, spans));
   const int chunks = int(p.chunks_per_span);
-  const bool walk = chunks > 1;
-  if (a.mode != SegmentMode::kSeqIdx)
-    (walk ? FwdStreamKernel<T, kW, false, true> : FwdStreamKernel<T, kW, false, false>)
-        <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);
-  else if (p.shared_ids)  // (W == kW; the plan gave one chunk a span)
-    return LaunchWithSmem(FwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, spans), kStreamThreads,
-                          2 * kStreamWarps * sizeof(ForwardStage<T>), sizeof(FwdIdsShared<kW>), stream, a,
-                          spans);
-  else if constexpr (kW > 8)  // (W 9..11, 13..15: the buckets' absent taps, tap by tap)
-    (walk ? FwdStreamKernel<T, kW, true, true> : FwdStreamKernel<T, kW, true, false>)
-        <<<blocks, kStreamThreads, 0, stream>>>(a, spans, chunks);
-  else
-    return cudaErrorInvalidValue;  // (seq_idx at W <= 8 always shares the ids)
+  (chunks > 1 ? FwdStreamKernel<T, kW, true> : FwdStreamKernel<T, kW, false>)
+      <<<unsigned(StreamBlocks(a, spans)), kStreamThreads, 0, stream>>>(a, spans, chunks);
   return cudaGetLastError();
+}
+
+// seq_idx: W == kW (the plan gave one chunk a span)
+template <typename T, int kW>
+cudaError_t LaunchStreamIds(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+  return LaunchWithSmem(FwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, p.spans_per_row), kStreamThreads,
+                        2 * kStreamWarps * sizeof(ForwardStage<T>), sizeof(FwdIdsShared<kW>), stream, a,
+                        p.spans_per_row);
 }
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+  if (a.mode == SegmentMode::kSeqIdx)
+    return p.shared_ids ? WithExactWidth16(int(a.width), [&](auto w) {
+      return LaunchStreamIds<T, decltype(w)::value>(a, p, stream);
+    }) : cudaErrorInvalidValue;
   return WithWidthBucket(int(a.width), [&](auto w) { return LaunchStream<T, decltype(w)::value>(a, p, stream); });
 }
 

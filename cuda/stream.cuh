@@ -1,10 +1,9 @@
 // Pieces shared by the streaming kernels (forward_stream.cu,
 // backward_stream.cu): channels-first rows of whole aligned 16-byte vectors,
-// one sequence per row or seq_idx masks, widths up to 16.
+// widths up to 16 (seq_idx: stream_ids.cuh).
 //
 // A block's kStreamWarps warps take kStreamWarps consecutive channels of one
-// batch row over the same time chunks (with seq_idx they read the same ids,
-// which L1 then serves once). Warp chunk c covers kChunk steps; lane l's vector j
+// batch row over the same time chunks. Warp chunk c covers kChunk steps; lane l's vector j
 // starts at step c0 + (j * 32 + l) * kN. Each thread issues all its loads
 // (kVecs 16-byte vectors per tensor, plus the vectors its halo needs) before
 // it uses any. The H = W - 1 inputs before a vector come from the lanes
@@ -212,32 +211,15 @@ __device__ __forceinline__ void AddResidual(const uint4& raw, float (&out)[N]) {
   for (int n = 0; n < N; ++n) out[n] += r[n];
 }
 
-// Whether tap k of output n of a window reads a live input: the bucket's
-// absent taps (k < pad) never do; with the window's ids `idw` (idw[i] for
-// win[i], output n's own id at idw[n + kW - 1]) only its own sequence's.
-template <int kW>
-__device__ __forceinline__ bool TapOn(int k, int n, int pad, const int32_t* idw) {
-  return TapPresent<kW>(k, pad) && (idw == nullptr || idw[n + k] == idw[n + kW - 1]);
-}
-
 // acc + the taps of output n over the window win (win[n + k] is the input
-// its tap k reads): TapOn's taps only.
+// its tap k reads): the bucket's present taps only (k >= pad).
 template <int kW, int M>
-__device__ __forceinline__ float TapSum(const float (&w)[kW], const float (&win)[M], int n, int pad,
-                                        float acc, const int32_t* idw = nullptr) {
+__device__ __forceinline__ float TapSum(const float (&w)[kW], const float (&win)[M], int n, int pad, float acc) {
 #pragma unroll
   for (int k = 0; k < kW; ++k)
-    if (TapOn<kW>(k, n, pad, idw)) acc += w[k] * win[n + k];
+    if (TapPresent<kW>(k, pad)) acc += w[k] * win[n + k];
   return acc;
 }
-
-// seq_idx (kMasked): each lane loads the ids of its own vectors beside their
-// x (N ids, whole 16-byte words: StreamFits asks seq_idx to be 16-byte
-// aligned) and keeps one summary per vector: its id when all N steps hold
-// that one live id, else -1. A warp step whose lanes' windows all lie in
-// their vector's sequence (the summaries of the halo's vectors agree) takes
-// the plain taps; otherwise every lane of the warp reloads its window's ids
-// (L1 has them) and compares them tap by tap. No shared memory, no barrier.
 
 // ids of the N steps from p0 (a multiple of N): before step 0 `hist`
 // (HistoryId), past the end or when !load kNoId.
@@ -256,68 +238,6 @@ __device__ __forceinline__ void LoadStreamIds(const ConvArgs& a, int64_t b, int6
   for (int i = 0; i < N / 4; ++i) {
     const int4 v = __ldg(p + i);
     id[4 * i] = v.x, id[4 * i + 1] = v.y, id[4 * i + 2] = v.z, id[4 * i + 3] = v.w;
-  }
-}
-
-// The summary of the vector at p0: its one live id, or -1.
-template <int N>
-__device__ __forceinline__ int32_t StreamIdSummary(const ConvArgs& a, int64_t b, int64_t p0,
-                                                   int32_t hist, bool load) {
-  int32_t id[N];
-  LoadStreamIds<N>(a, b, p0, hist, load, id);
-  bool one = id[0] >= 0;
-#pragma unroll
-  for (int n = 1; n < N; ++n) one = one && id[n] == id[0];
-  return one ? id[0] : -1;
-}
-
-// Whether this lane's vector (summary `cur`) and the kQ vectors before it
-// (kAfter: after it) hold one live id: from lane l -/+ q, or past the
-// warp's edge its vector `edge` (the vector before / after). Every lane
-// calls it (shuffles).
-template <int kQ, bool kAfter>
-__device__ __forceinline__ bool SameLiveId(int32_t cur, int32_t edge, int lane) {
-  bool ok = cur >= 0;
-#pragma unroll
-  for (int q = 1; q <= kQ; ++q) {
-    const bool wrap = kAfter ? lane < q : lane >= 32 - q;
-    const int32_t got = __shfl_sync(kFullMask, wrap ? edge : cur, (kAfter ? lane + q : lane - q) & 31);
-    ok = ok && got == cur;
-  }
-  return ok;
-}
-
-// idw[i] = the id of step p0 + kFrom + i for i < M (p0 a multiple of N,
-// kFrom = -kH for a window behind, 0 for one ahead), from the whole vectors
-// that cover it.
-template <int N, int kFrom, int M>
-__device__ __forceinline__ void LoadIdWindow(const ConvArgs& a, int64_t b, int64_t p0, int32_t hist,
-                                             int32_t (&idw)[M]) {
-  constexpr int kLo = kFrom >= 0 ? kFrom / N : -((-kFrom + N - 1) / N);  // first vector, in vectors
-  constexpr int kHi = (kFrom + M - 1) >= 0 ? (kFrom + M - 1) / N : -((-(kFrom + M - 1) + N - 1) / N);
-  int32_t v[kHi - kLo + 1][N];
-#pragma unroll
-  for (int q = 0; q <= kHi - kLo; ++q) LoadStreamIds<N>(a, b, p0 + (kLo + q) * N, hist, true, v[q]);
-#pragma unroll
-  for (int i = 0; i < M; ++i) {
-    constexpr int kBase = -kLo * N;  // step p0 + kFrom + i is element kBase + kFrom + i of v
-    const int e = kBase + kFrom + i;
-    idw[i] = v[e / N][e % N];
-  }
-}
-
-// A warp step's taps: f(nullptr) when plain, else (kMasked) f(ids) with the
-// ids of the M steps from p0 + kFrom. Two call sites of f, so that the plain
-// one folds every id test away.
-template <bool kMasked, int N, int kFrom, int M, typename F>
-__device__ __forceinline__ void WithStepIds(bool plain, const ConvArgs& a, int64_t b, int64_t p0,
-                                            int32_t hist, F&& f) {
-  if (plain) {
-    f(nullptr);
-  } else if constexpr (kMasked) {
-    int32_t ids[M];
-    LoadIdWindow<N, kFrom>(a, b, p0, hist, ids);
-    f(ids);
   }
 }
 

@@ -1,7 +1,7 @@
 // The streaming kernels' seq_idx path with the ids shared by channels
 // (FwdStreamIdsKernel, BwdStreamIdsKernel; chosen by dispatch.cu's
-// SharedIds): W <= 8, and W 12 and 16 (the buckets' own widths: these
-// kernels have no absent taps).
+// SharedIds): every W <= 16, each compiled at its own width (these kernels
+// have no absent taps).
 //
 // A warp takes kIdChannels channels of one batch row over the same chunk. It
 // first turns the ids of its vectors into one mask word per vector
@@ -159,7 +159,7 @@ struct alignas(16) IdTaps {
 // making) or after: measured per width and element size
 // (docs/performance-log.md, 2026-11-26, ninth session); after only at W = 8
 // with 16-bit elements, whose masks take the most registers (and, not
-// measured, at the 16-bit W 12 and 16, whose masks take more).
+// measured, at the 16-bit W > 8, whose masks take more).
 template <typename T>
 __host__ __device__ constexpr bool IdTapsEarly(int w) { return !(w >= 8 && sizeof(T) == 2); }
 
@@ -206,7 +206,7 @@ __device__ __forceinline__ float IdChannelTaps(const IdTaps<kW>& t, int ch, floa
   return row[kW];
 }
 
-// Mask words past 64 bits (16-bit types at W 12 and 16: 96 and 128 bits):
+// Mask words past 64 bits (16-bit types at W 9..16: 72 to 128 bits):
 // K 32-bit words, bit p in word p / 32. Every bit position the kernels
 // test is a compile-time constant, so a bit costs what it costs in one
 // integer.

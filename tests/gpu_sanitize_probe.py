@@ -54,7 +54,7 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (2, 8, 1040), 2, False, "seq"),      # streaming, masked
     (jnp.float32, (1, 4, 4360), 5, False, "seq"),       # streaming, masked, bucket 5, spans
     (jnp.bfloat16, (2, 8, 2056), 8, False, "states"),   # streaming, bucket 8
-    (jnp.bfloat16, (2, 4, 1032), 11, False, "seq"),     # streaming, bucket 12 (a leading pad tap)
+    (jnp.bfloat16, (2, 4, 1032), 11, False, "seq"),     # streaming, shared ids at W 11
     (jnp.float32, (1, 8, 800), 16, False, "states"),    # streaming, bucket 16
     (jnp.bfloat16, (2, 16, 600), 7, True, "seq"),       # channels-last rows, masked
     (jnp.float32, (1, 8, 300), 13, True, "states"),     # channels-last rows, bucket 16
@@ -72,7 +72,7 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.float32, (1, 5, 1000), 17, False, "states"),   # wide family, partial chunk
     (jnp.bfloat16, (1, 4, 1048), 256, False, "plain"),  # mma forward + wide backward, widest
     (jnp.float16, (2, 3, 1160), 40, False, "states"),   # mma forward, initial states, partial tile
-    (jnp.bfloat16, (2, 5, 1160), 14, False, "seq"),     # mma forward at W 13..16, masked tiles
+    (jnp.bfloat16, (2, 5, 1160), 14, False, "seq"),     # streaming, shared ids at W 14 (was: mma masked tiles)
     (jnp.bfloat16, (2, 16, 1160), 137, True, "states"), # channels-last mma forward, 2 groups, partial tile
     (jnp.bfloat16, (2, 32, 1160), 24, True, "states"),  # channels-last mma forward, 2 groups of 16 channels
     (jnp.bfloat16, (2, 16, 1160), 20, True, "seq"),     # channels-last mma forward, masked tiles, staged ids
@@ -302,6 +302,13 @@ for dt, (B, D, L), W, mode, steps, base in ((jnp.bfloat16, (2, 24, 1100), 11, "s
 for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 20, 2056), 12, False, "seq"),
                                    (jnp.float16, (1, 12, 1104), 16, False, "seqpad"),
                                    (jnp.float32, (1, 33, 1104), 16, False, "seq")):
+    case(("conv", dt.__name__, B, D, L, W, cl, mode))(
+        lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
+
+# 103, 104: the channels-first shared-ids kernels at widths between the
+# buckets (9..11, 13..15 compiled at their own width; cases 4 and 22 too)
+for dt, (B, D, L), W, cl, mode in ((jnp.float16, (2, 16, 2056), 9, False, "seq"),
+                                   (jnp.float32, (1, 12, 1104), 13, False, "seqpad")):
     case(("conv", dt.__name__, B, D, L, W, cl, mode))(
         lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
 

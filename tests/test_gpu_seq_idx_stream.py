@@ -61,7 +61,7 @@ def seq_grads_vs_cpu(x, w, b, sidx, cl, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16])
+@pytest.mark.parametrize("W", [1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 15, 16])
 @pytest.mark.parametrize("cl", [False, True])
 def test_stream_seq_idx(dtype, W, cl):
     rng = np.random.default_rng(W)
@@ -86,7 +86,7 @@ def test_stream_seq_idx(dtype, W, cl):
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("W", [2, 4, 8, 12, 16])
+@pytest.mark.parametrize("W", [2, 4, 8, 10, 12, 14, 16])
 def test_stream_seq_idx_edge_table(W, dtype):
     """tests/test_packed.py's edge rows (8 steps: one vector), as they are
     and stretched to two chunks and a partial one."""
@@ -128,11 +128,12 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
 @pytest.mark.parametrize("W", [10, 14])
 @pytest.mark.parametrize("cl", [False, True])
 def test_bucket_absent_taps_nonfinite(dtype, W, cl):
-    """At W 10 and 14 the kernels run the buckets of 12 and 16 taps, whose
-    leading taps are absent (zero). An Inf at a sequence's first step lies
-    under those absent taps of outputs W and W + 1 steps later, in a group
-    whose window still reaches the sequence before (the masked steps): it
-    must not be multiplied there (0 * Inf), as on the CPU."""
+    """At W 10 and 14 the channels-last rows run the buckets of 12 and 16
+    taps, whose leading taps are absent (zero). An Inf at a sequence's first
+    step lies under those absent taps of outputs W and W + 1 steps later, in
+    a group whose window still reaches the sequence before (the masked
+    steps): it must not be multiplied there (0 * Inf), as on the CPU. (The
+    channels-first shared-ids kernels run these widths exactly.)"""
     rng = np.random.default_rng(W + 11)
     B, D, L = 1, 32 if cl else 20, 2056
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
