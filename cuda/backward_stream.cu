@@ -135,9 +135,10 @@ struct BwdIdsShared {
 // 4 (unbounded it takes all 255 registers at some widths, for 2 blocks).
 // 5 blocks, which fit at 16-bit W <= 4 and float32 W <= 7 with 96
 // registers and no spill, measured slower: docs/performance-log.md,
-// 2026-11-27, eleventh session. W 12 and 16 take the same 4 (no other bound timed):
-// 128 registers, at most 34 bytes spilled; 16-bit W 12 / 16 use 49-55 KB of
-// shared memory a block, raised past 48 KB by LaunchWithSmem.)
+// 2026-11-27, eleventh session. W 9..16 take the same 4 (no other bound
+// timed): 128 registers, at most 34 bytes spilled (16-bit W 13..16); 16-bit
+// W 9..16 use 48-54 KB of shared memory a block (past 48 KiB from W 12,
+// raised by LaunchWithSmem).)
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {

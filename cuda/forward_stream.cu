@@ -86,7 +86,7 @@ using FwdIdsShared = IdTaps<kW>[kStreamWarps];
 
 // (Blocks an SM asked of the compiler: without a bound it takes registers
 // that leave room for 4; from W = 5 on the mask words need more than 6
-// blocks' share without spilling; W 12 and 16 ask 4, no other bound timed.)
+// blocks' share without spilling; W 9..16 ask 4, no other bound timed.)
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     FwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row) {

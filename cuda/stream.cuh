@@ -13,7 +13,8 @@
 //
 // Widths are template parameters: 1..8 exactly, 9..12 and 13..16 as the
 // buckets 12 and 16, whose first kW - W taps are absent (skipped, never
-// multiplied: a NaN or Inf outside the real window must not leak in).
+// multiplied: a NaN or Inf outside the real window must not leak in). (The
+// seq_idx kernels of stream_ids.cuh are compiled at every W exactly.)
 #pragma once
 
 #include "common.cuh"

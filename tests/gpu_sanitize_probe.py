@@ -68,7 +68,7 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.float32, (2, 40, 301), 5, False, "seq"),       # tile, masked, several chunks of 8 taps
     (jnp.bfloat16, (1, 33, 1100), 17, True, "seq"),     # tile, partial channel group, 3 tiles
     (jnp.float32, (1, 35, 300), 64, False, "states"),   # tile, wide
-    (jnp.bfloat16, (2, 6, 4616), 40, False, "seq"),     # wide family, masked, 2 spans
+    (jnp.bfloat16, (2, 6, 4616), 40, False, "seq"),     # mma forward (masked tiles) + wide backward, 2 spans
     (jnp.float32, (1, 5, 1000), 17, False, "states"),   # wide family, partial chunk
     (jnp.bfloat16, (1, 4, 1048), 256, False, "plain"),  # mma forward + wide backward, widest
     (jnp.float16, (2, 3, 1160), 40, False, "states"),   # mma forward, initial states, partial tile
@@ -245,7 +245,7 @@ def walk_case(dt, B, D, L, W, mode):
 # (the hand-over into a partial chunk: bf16 one full chunk + 8 steps; float32
 # five full + 12: a full span, then a short one ending in the partial chunk)
 for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 16398, 1032), 4, "states"),
-                               (jnp.float32, (1, 32770, 2572), 11, "seq")):
+                               (jnp.float32, (1, 32770, 2572), 11, "states")):  # (seq_idx never walks)
     case(("walk", dt.__name__, B, D, L, W, mode))(lambda c=(dt, B, D, L, W, mode): walk_case(*c))
 
 # decode, the general kernel's register window (W <= 4, <= 8) and its

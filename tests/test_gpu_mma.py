@@ -27,7 +27,8 @@ pytestmark = MARKS
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_mma_forward(dtype, W, cl):
     """The tensor-core forwards (forward_mma.cu: channels-first rows of
-    16-bit x, W > 12, one sequence per row or seq_idx; forward_mma_cl.cu:
+    16-bit x, one sequence per row at W > 12, seq_idx at W > 16 (13..16:
+    the streaming shared-ids kernels); forward_mma_cl.cu:
     channels-last groups of 16 or 8 channels, W > 16, one sequence per row
     or seq_idx; channels-last W 13 and 16 take the row kernels)
     at the edges of their k-step buckets: weights of

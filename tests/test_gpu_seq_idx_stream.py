@@ -1,5 +1,6 @@
-"""Channels-first seq_idx in the streaming family at W <= 8, 12 and 16 (the
-kernels that share each chunk's id masks among 8 channels, cuda/stream_ids.cuh),
+"""Channels-first seq_idx in the streaming family at every W <= 16, each
+compiled at its own width (the kernels that share each chunk's id masks among
+8 channels, cuda/stream_ids.cuh),
 every width and dtype, GPU against the CPU kernels: rows of whole 16-byte
 vectors, channel counts that leave a partial group of 8 and a partial block, several
 chunks and a partial one, one-token segments across a chunk edge, padding in
@@ -108,7 +109,8 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     """An Inf or NaN input stays in its own sequence: the next sequence's
     outputs (and its dx, dweight) stay finite, as on the CPU. An Inf inside
     a sequence reaches only the W outputs that read it (W 10, 14: the
-    kernels' buckets of 12 and 16 taps, inside one sequence)."""
+    channels-last rows' buckets of 12 and 16 taps, inside one sequence;
+    channels-first runs them exactly)."""
     rng = np.random.default_rng(W)
     B, D, L = 1, 32 if cl else 20, 2056
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
