@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 import jax_causal_conv as jcc
 
-from gpu_support import CPU, DRY_RUN, DT, GPU, MARKS, check, grads, inputs, run
+from gpu_support import CPU, DRY_RUN, DT, GPU, MARKS, REL, check, grads, inputs, run
 from helpers import package_env
 
 pytestmark = MARKS
@@ -322,3 +322,31 @@ def test_small_command_buffers(tmp_path):
     # replays run the recorded kernels without calling our handlers
     saved = int(r.stdout.split("CMD BUFFER OK")[1].split()[0])
     assert saved > 0, "none of our custom calls was replayed from a command buffer: " + r.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W, cl", [(4, False), (4, True), (16, False), (16, True)])
+def test_subnormal_weights_like_the_reference(dtype, W, cl):
+    """float32 weights below float32's normal range (1e-39) times large
+    inputs and an Inf input: the products count as in float64 arithmetic (a
+    numpy oracle), not flushed to zero (where 0 * Inf would give NaN). The
+    CPU kernels are no oracle here: XLA:CPU and they flush subnormals."""
+    if DRY_RUN:
+        pytest.skip("on the CPU, XLA and our kernels flush subnormals: this oracle is for GPUs")
+    B, D, L = 2, 16, 512
+    x = np.full((B, D, L), 1e30, np.float32)
+    x[:, :, 200] = np.inf
+    w = np.full((D, W), 1e-39, np.float32)
+    w[:, ::2] = 3e-39
+    xd = np.asarray(jnp.asarray(x, DT[dtype]).astype(jnp.float32), np.float64)  # x as the kernel sees it
+    want = np.zeros((B, D, L))
+    for k in range(W):  # y[t] = sum_k w[k] x[t - (W - 1) + k]
+        s = W - 1 - k
+        want[:, :, s:] += w[:, k].astype(np.float64)[None, :, None] * xd[:, :, :L - s]
+    xa = jnp.asarray(np.swapaxes(x, 1, 2) if cl else x, DT[dtype])
+    f = lambda x, w: jcc.causal_conv1d(x, w, channels_last=cl, backend="ffi")  # noqa: E731
+    got = run(GPU, f, xa, jnp.asarray(w))
+    got = np.swapaxes(got, 1, 2) if cl else got
+    assert np.array_equal(np.isinf(got), np.isinf(want)) and not np.isnan(got).any()
+    fin = np.isfinite(want)
+    assert np.allclose(got[fin], want[fin], rtol=REL[dtype], atol=0)
