@@ -204,7 +204,15 @@ cudaError_t WithExactWidth16(int W, F&& f) {
 }
 
 // --- activation ---------------------------------------------------------------
-__device__ __forceinline__ float Sigmoid(float v) { return 1.f / (1.f + __expf(-v)); }
+// ex2 and rcp in their flush-to-zero forms whatever -ftz says (the build
+// keeps subnormals for the sums, as XLA:GPU does; a sigmoid's value needs
+// none, and the forms that handle them cost extra instructions).
+__device__ __forceinline__ float Sigmoid(float v) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(v * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
+  return r;
+}
 
 __device__ __forceinline__ float Activate(float v, bool silu) { return silu ? v * Sigmoid(v) : v; }
 
