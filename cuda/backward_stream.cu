@@ -23,10 +23,9 @@ namespace {
 
 // (Blocks an SM asked of the compiler: unbounded it took 128 registers at
 // W <= 8, 4 blocks; more blocks measured faster, and ptxas fits W <= 4 in 6
-// blocks' share and W <= 8 in 5 without more than a word of spill. The
-// buckets 12 and 16 took 158-191 registers unbounded (2-3 blocks); 4
-// blocks' 128 measured faster: docs/performance-log.md, 2026-11-27,
-// sixteenth session.)
+// blocks' share and W <= 8 in 5 without more than a word of spill. W 9..16
+// took 158-191 registers unbounded (2-3 blocks); 4 blocks' 128 measured
+// faster: docs/performance-log.md, 2026-11-27, sixteenth session.)
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws) {
@@ -37,7 +36,6 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
   const int64_t L = a.len, b = pl.b, d = pl.d;
-  const int W = int(a.width), pad = kW - W;
   const int64_t nchunks = CeilDiv(L, int64_t(S::kChunk));
   const int64_t chunk_end = Min64(nchunks, pl.first_chunk + chunks_per_span);
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
@@ -46,8 +44,8 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
   T* dxrow = static_cast<T*>(a.dx) + row;
   const bool silu = a.act == Activation::kSilu;
   float w[kW];
-  const float bias = LoadStreamTaps<kW>(a, b, d, pad, w);
-  float part[kW + 1] = {};  // partial dweight (bucket slots) and dbias (index kW)
+  const float bias = LoadStreamTaps<kW>(a, b, d, w);
+  float part[kW + 1] = {};  // partial dweight (taps 0 .. kW - 1) and dbias (index kW)
 
   for (int64_t ci = pl.first_chunk; ci < chunk_end; ++ci) {
     const int64_t c0 = ci * S::kChunk;
@@ -74,11 +72,11 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
       // g and the dweight/dbias shares over the taps present
 #pragma unroll
       for (int n = 0; n < N; ++n) {
-        g[n] = silu ? ActGrad(TapSum(w, win, n, pad, bias), dyv[n], true) : dyv[n];
+        g[n] = silu ? ActGrad(TapSum(w, win, n, bias), dyv[n], true) : dyv[n];
         if (j < V) {
 #pragma unroll
           for (int k = 0; k < kW; ++k)
-            if (TapPresent<kW>(k, pad)) part[k] += g[n] * win[n + k];
+            part[k] += g[n] * win[n + k];
           part[kW] += g[n];
         }
       }
@@ -95,7 +93,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
           float acc = 0.f;
 #pragma unroll
           for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
-            if (TapPresent<kW>(k, pad)) acc += w[k] * gw[n + kH - k];
+            acc += w[k] * gw[n + kH - k];
           dx[n] = acc;
         }
         StoreVec<T, N>(dxrow + p0, dx);
@@ -105,13 +103,12 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
 
   // Warp reduction, then lane k writes tap k's partial.
   const float mine = WarpTapSums<kW>(part, lane);
-  // slot k < kW is tap k - pad (k >= pad); slot kW the bias, index W
-  const int idx = lane == kW ? W : lane - pad;
-  if (lane <= kW && (lane == kW || lane >= pad)) {
+  // slot k < kW is tap k, slot kW the bias
+  if (lane <= kW) {
     const int64_t bpg = BatchPerGroupFast(a), grp = DivFast(b, bpg);
     const int64_t nparts = bpg * spans_per_row;
     const int64_t partidx = (b - grp * bpg) * spans_per_row + pl.first_chunk / chunks_per_span;
-    ws[((grp * nparts + partidx) * a.dim + d) * (W + 1) + idx] = mine;
+    ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + lane] = mine;
   }
 }
 
@@ -224,7 +221,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
       if ((tap_plain >> j) & 1) {
 #pragma unroll
         for (int n = 0; n < N; ++n) {
-          g[n] = silu ? ActGrad(TapSum(w, win, n, 0, bias), dyv[n], true) : dyv[n];
+          g[n] = silu ? ActGrad(TapSum(w, win, n, bias), dyv[n], true) : dyv[n];
           if (j < V) {
 #pragma unroll
             for (int k = 0; k < kW; ++k) sums[k] += g[n] * win[n + k];
@@ -301,7 +298,7 @@ cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStr
     return p.shared_ids ? WithExactWidth16(int(a.width), [&](auto w) {
       return LaunchBwdStreamIds<T, decltype(w)::value>(a, p, ws, stream);
     }) : cudaErrorInvalidValue;
-  return WithWidthBucket(int(a.width), [&](auto w) {
+  return WithExactWidth16(int(a.width), [&](auto w) {
     return LaunchBwdStream<T, decltype(w)::value>(a, p, ws, stream);
   });
 }

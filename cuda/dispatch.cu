@@ -69,9 +69,8 @@ bool MmaFits(const ConvArgs& a) {
 }
 
 // Channels-first seq_idx at W <= 16 takes the streaming kernels that share
-// each chunk's masks among kIdChannels channels (stream_ids.cuh), compiled
-// at each width (no absent taps), rather than the tensor-core forward at W
-// 13..16; they walk one chunk a span.
+// each chunk's masks among kIdChannels channels (stream_ids.cuh); they walk
+// one chunk a span.
 bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 16; }
 
 // The streaming forward lets a warp walk a span of chunks, so that its
@@ -108,11 +107,10 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   ForwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
   const bool rows = VectorRowsFit(a, a.residual, a.y);
-  // (16-bit x from W = 13, the streaming kernels' bucket of 16 taps, on: the
-  // tensor-core forward measured faster there; docs/performance-log.md.
-  // seq_idx takes the shared-ids kernels instead, measured faster at W 16:
-  // seventeenth session)
-  if (rows && a.width > 12 && !SharedIds(a) && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
+  // (The streaming kernels at their own width measured faster than the
+  // tensor-core forward at W 13..16: docs/performance-log.md, eighteenth
+  // session.)
+  if (rows && a.width > 16 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kMma;
   } else if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, ForwardSpanChunks(a), &p.chunks_per_span)) > 0) {
     p.family = ForwardPlan::kStream;

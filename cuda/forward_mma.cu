@@ -1,6 +1,6 @@
 // The mma forward (tensor cores): channels-first rows of whole aligned
-// vectors of bfloat16 or float16 x, one sequence per row at W > 12, seq_idx at
-// W > 16. A warp
+// vectors of bfloat16 or float16 x, one sequence per row or seq_idx, W > 16.
+// A warp
 // walks a span of its channel row like the wide family (wide_cf.cuh stages
 // the raw inputs), but sums on tensor cores: the 128 outputs of a tile,
 // y[t0 + 8j + i] (j < 16 segments, i < 8), are C = A B with

@@ -25,7 +25,6 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
   if (!pl.live) return;  // whole warps
   const int lane = threadIdx.x & 31;
   const int64_t L = a.len, b = pl.b, d = pl.d;
-  const int W = int(a.width), pad = kW - W;
   const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
   const int64_t row = a.io_layout().At(b, d, 0);
   const int64_t chunk_end = kWalk ? Min64(CeilDiv(L, int64_t(S::kChunk)), pl.first_chunk + chunks_per_span) : 0;
@@ -57,7 +56,7 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
         rr[j] = t < L ? LoadRaw16(res + t) : zero;
       }
     }
-    if (head) bias = LoadStreamTaps<kW>(a, b, d, pad, w);
+    if (head) bias = LoadStreamTaps<kW>(a, b, d, w);
     const bool silu = a.act == Activation::kSilu;
     T* yrow = static_cast<T*>(a.y) + row;
 
@@ -69,9 +68,9 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
       InputWindow<N, kH>(h, cur, win);
       if (p0 >= L) continue;
-      float out[N];  // over the taps present (TapSum)
+      float out[N];
 #pragma unroll
-      for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, pad, bias), silu);
+      for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, bias), silu);
       if (res) AddResidual<T, N>(rr[j], out);
       StoreVec<T, N>(yrow + p0, out);
     }
@@ -158,7 +157,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
       float out[N];
       if ((m.tap_plain >> j) & 1) {
 #pragma unroll
-        for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, 0, bias), silu);
+        for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, bias), silu);
       } else {
         const auto& mj = m.tap[j];
 #pragma unroll
@@ -196,7 +195,7 @@ cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream
     return p.shared_ids ? WithExactWidth16(int(a.width), [&](auto w) {
       return LaunchStreamIds<T, decltype(w)::value>(a, p, stream);
     }) : cudaErrorInvalidValue;
-  return WithWidthBucket(int(a.width), [&](auto w) { return LaunchStream<T, decltype(w)::value>(a, p, stream); });
+  return WithExactWidth16(int(a.width), [&](auto w) { return LaunchStream<T, decltype(w)::value>(a, p, stream); });
 }
 
 }  // namespace

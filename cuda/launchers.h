@@ -11,8 +11,8 @@
 //     whole aligned 16-byte vectors (x may be strided by whole vectors), one
 //     sequence per row or seq_idx, W <= 16;
 //   kMma (forward_mma.cu, mma.cuh): forward only, the same rows of bfloat16
-//     or float16 x, one sequence per row at W > 12, seq_idx at W > 16,
-//     summed on tensor cores;
+//     or float16 x, one sequence per row or seq_idx, W > 16, summed on
+//     tensor cores;
 //   kMmaCl (forward_mma_cl.cu): forward only, kWideCl's problems of 16-bit
 //     x (W > 16), summed on tensor cores;
 //   kWide (forward_wide.cu, backward_wide.cu, wide.cuh, wide_cf.cuh): the same rows,

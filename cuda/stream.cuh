@@ -11,10 +11,9 @@
 // vector of lane 32 + l - q), the backward's g after a vector likewise from
 // the lanes ahead.
 //
-// Widths are template parameters: 1..8 exactly, 9..12 and 13..16 as the
-// buckets 12 and 16, whose first kW - W taps are absent (skipped, never
-// multiplied: a NaN or Inf outside the real window must not leak in). (The
-// seq_idx kernels of stream_ids.cuh are compiled at every W exactly.)
+// Widths are template parameters, each W <= 16 compiled at its own width
+// (kW == W: no absent taps; the channels-last rows' buckets of 12 and 16
+// measured slower here, docs/performance-log.md, eighteenth session).
 #pragma once
 
 #include "common.cuh"
@@ -66,15 +65,13 @@ __host__ __device__ __forceinline__ int64_t StreamBlocks(const ConvArgs& a, int6
   return a.batch * CeilDiv(a.dim, kStreamWarps) * spans_per_row;
 }
 
-// The taps of row (b, d), right-aligned in a bucket of kW (w[k] for k <
-// pad = kW - W are absent), and its bias.
+// The kW taps of row (b, d) (the streaming kernels run at W == kW), and its
+// bias.
 template <int kW>
-__device__ __forceinline__ float LoadStreamTaps(const ConvArgs& a, int64_t b, int64_t d, int pad,
-                                                float (&w)[kW]) {
-  const int W = int(a.width);
+__device__ __forceinline__ float LoadStreamTaps(const ConvArgs& a, int64_t b, int64_t d, float (&w)[kW]) {
   const int64_t wrow = WeightRow(a, b, d);
 #pragma unroll
-  for (int k = 0; k < kW; ++k) w[k] = k >= pad ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k - pad) : 0.f;
+  for (int k = 0; k < kW; ++k) w[k] = LoadAnyF(a.weight, a.w_dtype, wrow * kW + k);
   return a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
 }
 
@@ -213,12 +210,11 @@ __device__ __forceinline__ void AddResidual(const uint4& raw, float (&out)[N]) {
 }
 
 // acc + the taps of output n over the window win (win[n + k] is the input
-// its tap k reads): the bucket's present taps only (k >= pad).
+// its tap k reads).
 template <int kW, int M>
-__device__ __forceinline__ float TapSum(const float (&w)[kW], const float (&win)[M], int n, int pad, float acc) {
+__device__ __forceinline__ float TapSum(const float (&w)[kW], const float (&win)[M], int n, float acc) {
 #pragma unroll
-  for (int k = 0; k < kW; ++k)
-    if (TapPresent<kW>(k, pad)) acc += w[k] * win[n + k];
+  for (int k = 0; k < kW; ++k) acc += w[k] * win[n + k];
   return acc;
 }
 

@@ -312,6 +312,14 @@ for dt, (B, D, L), W, cl, mode in ((jnp.float16, (2, 16, 2056), 9, False, "seq")
     case(("conv", dt.__name__, B, D, L, W, cl, mode))(
         lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
 
+# 105, 106: the channels-first streaming kernels, one sequence a row, at
+# widths between 8 and 16 (each compiled at its own width; 16-bit W 13..16
+# took the tensor-core forward before the eighteenth session)
+for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 8, 2056), 13, False, "plain"),
+                                   (jnp.float16, (1, 12, 1104), 10, False, "states")):
+    case(("conv", dt.__name__, B, D, L, W, cl, mode))(
+        lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
+
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]

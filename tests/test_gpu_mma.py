@@ -23,14 +23,13 @@ pytestmark = MARKS
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("W", [13, 16, 17, 40, 41, 72, 73, 136, 137, 256])
+@pytest.mark.parametrize("W", [16, 17, 24, 40, 41, 72, 73, 136, 137, 256])
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_mma_forward(dtype, W, cl):
     """The tensor-core forwards (forward_mma.cu: channels-first rows of
-    16-bit x, one sequence per row at W > 12, seq_idx at W > 16 (13..16:
-    the streaming shared-ids kernels); forward_mma_cl.cu:
-    channels-last groups of 16 or 8 channels, W > 16, one sequence per row
-    or seq_idx; channels-last W 13 and 16 take the row kernels)
+    16-bit x, W > 16; forward_mma_cl.cu: channels-last groups of 16 or 8
+    channels, W > 16; both one sequence per row or seq_idx; W 13 and 16
+    take the streaming and the channels-last row kernels)
     at the edges of their k-step buckets: weights of
     x's dtype and of float32 (two 16-bit parts), bias, SiLU, residual,
     initial states, a partial last tile and chunk, vmapped weights; against
@@ -93,13 +92,15 @@ def test_small_mma_forward_keeps_low_weight_bits():
     assert np.max(np.abs(y - want)) <= 2.0 ** -8 * np.max(np.abs(want))
 
 
-@pytest.mark.parametrize("W", [13, 16, 24, 40])
+@pytest.mark.parametrize("W", [13, 16, 17, 24, 40])
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_mma_nonfinite_stays_in_its_windows(W, cl):
     """An Inf or NaN input reaches only the outputs whose window holds it (as
     in the reference), through the tensor-core forwards (whose MMAs would
     multiply it by the zero taps of other outputs: 0 * Inf = NaN); NaN in
-    padding stays out of live outputs; float32 taps past bfloat16's range."""
+    padding stays out of live outputs; float32 taps past bfloat16's range.
+    (W 13 and 16 take the streaming and channels-last row kernels: the same
+    rule where no zero tap is multiplied.)"""
     rng = np.random.default_rng(W + cl)
     B, D, L = 1, 16, 1040
     xn = rng.standard_normal((B, D, L)).astype(np.float32)
