@@ -44,7 +44,6 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
   const int64_t te = Min64(L, ts + steps);
   const bool active = c0 < D && ts < te;
   const bool silu = a.act == Activation::kSilu;
-  const int W = int(a.width), pad = kW - W;
   const int64_t grp = b / a.batch_per_group();
 
   float dw[kW + 1][kV] = {};
@@ -76,7 +75,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
   float xw[kHs][kV], gw[kHs][kV] = {};  // input and g at steps t - H .. t - 1
   if (active) {
     stage_group(ts, 0);
-    LoadClTaps<kW, kV>(a, grp * D + c0, pad, w, bias);
+    LoadClTaps<kW, kV>(a, grp * D + c0, 0, w, bias);
     LoadClHistory<T, kV, H>(a, xb, b, c0, ts, xw);
   }
   if constexpr (kMasked) {
@@ -130,15 +129,14 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
         }
         float pre = bias[c] + w[H][c] * xt[c];
 #pragma unroll
-        for (int k = 0; k < H; ++k)
-          if (TapPresent<kW>(k, pad)) pre += w[k][c] * tv[k];
+        for (int k = 0; k < H; ++k) pre += w[k][c] * tv[k];
         const bool act_silu = kAct == 0 ? silu : kAct == 2;
         // g = 0 where not live, by a bit mask: a select here becomes a
         // branch around the activation in every step
         g[c] = __int_as_float(__float_as_int(ActGrad(pre, dr[c], act_silu)) & live_bits);
         if (sums) {  // (a padding step's inputs masked by bits: 0 * Inf would be NaN)
 #pragma unroll
-          for (int k = 0; k < H; ++k)  // (an absent tap's slot is not written)
+          for (int k = 0; k < H; ++k)
             dw[k][c] += g[c] * __int_as_float(__float_as_int(tv[k]) & live_bits);
           dw[H][c] += g[c] * __int_as_float(__float_as_int(xt[c]) & live_bits);
           dw[kW][c] += g[c];
@@ -155,7 +153,6 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
           float acc = 0.f;
 #pragma unroll
           for (int k = 0; k < kW; ++k) {
-            if (!TapPresent<kW>(k, pad)) continue;
             const float gv = k == 0 ? g[c] : gw[H - k][c];
             if constexpr (kIdsM) {
               acc += w[k][c] * (idw.Same(H - k, 0) ? gv : 0.f);
@@ -225,7 +222,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
     }
   }
   // The block's partial sums over its kClY slices, in slice order:
-  // ws[grp][part][d][W + 1] (bucket slot k is tap k - pad).
+  // ws[grp][part][d][W + 1] (slot W the bias).
 #pragma unroll
   for (int k = 0; k <= kW; ++k)
 #pragma unroll
@@ -235,11 +232,11 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
     const int64_t bpg = a.batch_per_group();
     const int64_t nparts = bpg * nchunk, part = (b % bpg) * nchunk + chunk;
     for (int c = 0; c < kV && c0 + c < D; ++c) {
-      float* wsrow = ws + ((grp * nparts + part) * D + c0 + c) * (W + 1);
-      for (int k = pad; k <= kW; ++k) {
+      float* wsrow = ws + ((grp * nparts + part) * D + c0 + c) * (kW + 1);
+      for (int k = 0; k <= kW; ++k) {
         float s = 0.f;
         for (int y = 0; y < kClY; ++y) s += red[y][threadIdx.x][k * kV + c];
-        wsrow[k == kW ? W : k - pad] = s;
+        wsrow[k] = s;
       }
     }
   }
@@ -267,7 +264,7 @@ cudaError_t Launch(const ConvArgs& a, BackwardPlan& p, float* ws, cudaStream_t s
 
 cudaError_t BackwardClRow(const ConvArgs& a, BackwardPlan& p, float* ws, cudaStream_t stream) {
   return WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
-    return WithWidthBucket(int(a.width), [&](auto w) { return Launch<decltype(t), decltype(w)::value>(a, p, ws, stream); });
+    return WithExactWidth16(int(a.width), [&](auto w) { return Launch<decltype(t), decltype(w)::value>(a, p, ws, stream); });
   });
 }
 

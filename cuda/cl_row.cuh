@@ -58,17 +58,17 @@ __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
 // Blocks an SM asked of the compiler for the row kernels (0: unbounded).
 // The forward asks 4 at the buckets 12 and 16: unbounded, its seq_idx
 // instantiations took 3 blocks' share (2 padded at 16) for a masked body
-// that runs in few groups, and measured slower. The backward asks 3 at
-// 12 (168 registers, no spill at 16-bit types; unbounded it took 2
-// blocks' share); 3 at 16 spilled and measured slower, as did 5 for the
-// forward at 8. The forward also asks 4 at W 7 and 5 at W 6, where the
+// that runs in few groups, and measured slower. The backward (compiled at
+// every W) asks 3 at W 9..12, as the bucket 12 did (168 registers, no
+// spill at 16-bit types; unbounded it took 2 blocks' share); 3 at 16
+// spilled and measured slower, as did 5 for the forward at 8. The forward also asks 4 at W 7 and 5 at W 6, where the
 // seq_idx instantiations took one block fewer than dense. Elsewhere
 // unbounded: a bound of 1 let the backward take more registers at W 4 and
 // 8 and lose a block, and bounds of 5 on the backward at W 3..7 and on the
 // dense forward at W 4 spilled and measured slower (docs/performance-
 // log.md, eighth, fifteenth and seventeenth sessions).
 __host__ __device__ constexpr int ClFwdMinBlocks(int kW) { return kW >= 12 || kW == 7 ? 4 : kW == 6 ? 5 : 0; }
-__host__ __device__ constexpr int ClBwdMinBlocks(int kW) { return kW == 12 ? 3 : 0; }
+__host__ __device__ constexpr int ClBwdMinBlocks(int kW) { return kW > 8 && kW <= 12 ? 3 : 0; }
 
 // kV channels of one time step kept as loaded (raw T, one 4-, 8- or 16-byte
 // word): half the registers of floats for 16-bit types.
