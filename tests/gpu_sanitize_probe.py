@@ -52,10 +52,10 @@ def agree(out, ref, dt, what):
 CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (2, 12, 520), 4, False, "states"),   # streaming, one partial chunk
     (jnp.bfloat16, (2, 8, 1040), 2, False, "seq"),      # streaming, masked
-    (jnp.float32, (1, 4, 4360), 5, False, "seq"),       # streaming, masked, bucket 5, spans
-    (jnp.bfloat16, (2, 8, 2056), 8, False, "states"),   # streaming, bucket 8
+    (jnp.float32, (1, 4, 4360), 5, False, "seq"),       # streaming, masked, W 5, spans
+    (jnp.bfloat16, (2, 8, 2056), 8, False, "states"),   # streaming, W 8
     (jnp.bfloat16, (2, 4, 1032), 11, False, "seq"),     # streaming, shared ids at W 11
-    (jnp.float32, (1, 8, 800), 16, False, "states"),    # streaming, bucket 16
+    (jnp.float32, (1, 8, 800), 16, False, "states"),    # streaming, W 16
     (jnp.bfloat16, (2, 16, 600), 7, True, "seq"),       # channels-last rows, masked
     (jnp.float32, (1, 8, 300), 13, True, "states"),     # channels-last rows, bucket 16
     (jnp.float32, (1, 3, 4104), 4, False, "states"),    # streaming, several chunks
@@ -296,8 +296,7 @@ for dt, (B, D, L), W, mode, steps, base in ((jnp.bfloat16, (2, 24, 1100), 11, "s
     case(("clslice", dt.__name__, B, D, L, W, mode))(
         lambda c=(dt, B, D, L, W, mode, steps, base): cl_slice_case(*c))
 
-# the channels-first shared-ids kernels at the buckets' own widths (cases
-# 100..102: mask words of 96 and 128 bits at 16-bit types, float32's halo
+# the channels-first shared-ids kernels at W 12 and 16 (cases 100..102: mask words of 96 and 128 bits at 16-bit types, float32's halo
 # of 4 lanes)
 for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 20, 2056), 12, False, "seq"),
                                    (jnp.float16, (1, 12, 1104), 16, False, "seqpad"),
@@ -305,8 +304,8 @@ for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 20, 2056), 12, False, "seq
     case(("conv", dt.__name__, B, D, L, W, cl, mode))(
         lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
 
-# 103, 104: the channels-first shared-ids kernels at widths between the
-# buckets (9..11, 13..15 compiled at their own width; cases 4 and 22 too)
+# 103, 104: the channels-first shared-ids kernels at W 9 and 13 (each W
+# compiled at its own width; cases 4 and 22: W 11 and 14)
 for dt, (B, D, L), W, cl, mode in ((jnp.float16, (2, 16, 2056), 9, False, "seq"),
                                    (jnp.float32, (1, 12, 1104), 13, False, "seqpad")):
     case(("conv", dt.__name__, B, D, L, W, cl, mode))(

@@ -4,7 +4,7 @@ at each call). A warp walks a span only when enough warps remain (at least
 32768), so the shapes here are large: rows x chunks >= 65536. Walking 2 or 4 chunks (and
 the default), the outputs must equal the one-chunk kernels' bit for bit (the
 same arithmetic per output) and the CPU kernels within the tolerance: dense
-widths exact and in the buckets 12 and 16 (pad taps), initial and final
+widths from 1 to 16 (each compiled at its own width), initial and final
 states, a residual, the hand-over into a partial last chunk, and short
 last spans. seq_idx takes the shared-ids kernels, which do not walk: its
 cases check them at these large shapes against the CPU."""
@@ -26,7 +26,8 @@ pytestmark = MARKS
 # (switch 4: one span of all four; 2: the second span hands over into the
 # partial chunk); L = 2572 is 5 full chunks and 12 steps (4: a full span and
 # a short one of a full and a partial chunk). D leaves a partial block.
-# Widths: exact ones and the buckets 12 and 16 with pad taps (W 10, 11, 13).
+# Widths: W 10, 11, 13 among them (the buckets of 12 and 16 taps before the
+# eighteenth session).
 CASES = [("bfloat16", 2, 16398, 1032, W, m) for W, m in ((1, "dense"), (3, "dense"), (8, "dense"),
                                                          (11, "dense"), (11, "seq"))] + \
         [("float32", 1, 32770, 1548, W, m) for W, m in ((2, "dense"), (7, "dense"), (13, "dense"),

@@ -130,12 +130,13 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
 @pytest.mark.parametrize("W", [10, 14])
 @pytest.mark.parametrize("cl", [False, True])
 def test_bucket_absent_taps_nonfinite(dtype, W, cl):
-    """At W 10 and 14 the channels-last rows run the buckets of 12 and 16
-    taps, whose leading taps are absent (zero). An Inf at a sequence's first
+    """At W 10 and 14 the channels-last forward rows run the buckets of 12
+    and 16 taps, whose leading taps are absent (zero). An Inf at a sequence's first
     step lies under those absent taps of outputs W and W + 1 steps later, in
     a group whose window still reaches the sequence before (the masked
     steps): it must not be multiplied there (0 * Inf), as on the CPU. (The
-    channels-first shared-ids kernels run these widths exactly.)"""
+    channels-first kernels and the channels-last backward run these widths
+    exactly.)"""
     rng = np.random.default_rng(W + 11)
     B, D, L = 1, 32 if cl else 20, 2056
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
