@@ -161,46 +161,28 @@ R With16BitType(DType t, R otherwise, F&& f) {
 // leading taps, zero).
 __host__ __device__ constexpr int WidthBucket(int W) { return W <= 8 ? W : (W <= 12 ? 12 : 16); }
 
-// f(std::integral_constant<int, WidthBucket(W)>()).
-template <typename F>
-cudaError_t WithWidthBucket(int W, F&& f) {
-  switch (WidthBucket(W)) {
-    case 1: return f(std::integral_constant<int, 1>());
-    case 2: return f(std::integral_constant<int, 2>());
-    case 3: return f(std::integral_constant<int, 3>());
-    case 4: return f(std::integral_constant<int, 4>());
-    case 5: return f(std::integral_constant<int, 5>());
-    case 6: return f(std::integral_constant<int, 6>());
-    case 7: return f(std::integral_constant<int, 7>());
-    case 8: return f(std::integral_constant<int, 8>());
-    case 12: return f(std::integral_constant<int, 12>());
-    default: return f(std::integral_constant<int, 16>());
-  }
+// f(std::integral_constant<int, W>()) when W is one of kWs, else
+// cudaErrorInvalidValue: the one switch the two below share.
+template <int... kWs, typename F>
+cudaError_t WithWidthAmong(int W, F&& f) {
+  cudaError_t err = cudaErrorInvalidValue;
+  (void)((W == kWs && ((err = f(std::integral_constant<int, kWs>())), true)) || ...);
+  return err;
 }
 
-// W 1..16 as a compile-time width of its own (kernels without absent taps:
-// the channels-first shared-ids kernels).
+// f(std::integral_constant<int, WidthBucket(W)>()): the channels-last
+// forward rows.
+template <typename F>
+cudaError_t WithWidthBucket(int W, F&& f) {
+  return WithWidthAmong<1, 2, 3, 4, 5, 6, 7, 8, 12, 16>(WidthBucket(W), f);
+}
+
+// f(std::integral_constant<int, W>()) for W 1..16, each at its own width
+// (no absent taps): the streaming kernels and the channels-last backward
+// rows.
 template <typename F>
 cudaError_t WithExactWidth16(int W, F&& f) {
-  switch (W) {
-    case 1: return f(std::integral_constant<int, 1>());
-    case 2: return f(std::integral_constant<int, 2>());
-    case 3: return f(std::integral_constant<int, 3>());
-    case 4: return f(std::integral_constant<int, 4>());
-    case 5: return f(std::integral_constant<int, 5>());
-    case 6: return f(std::integral_constant<int, 6>());
-    case 7: return f(std::integral_constant<int, 7>());
-    case 8: return f(std::integral_constant<int, 8>());
-    case 9: return f(std::integral_constant<int, 9>());
-    case 10: return f(std::integral_constant<int, 10>());
-    case 11: return f(std::integral_constant<int, 11>());
-    case 12: return f(std::integral_constant<int, 12>());
-    case 13: return f(std::integral_constant<int, 13>());
-    case 14: return f(std::integral_constant<int, 14>());
-    case 15: return f(std::integral_constant<int, 15>());
-    case 16: return f(std::integral_constant<int, 16>());
-    default: return cudaErrorInvalidValue;
-  }
+  return WithWidthAmong<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16>(W, f);
 }
 
 // --- activation ---------------------------------------------------------------
