@@ -284,7 +284,7 @@ cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws,
   return cudaGetLastError();
 }
 
-// seq_idx: W == kW (the plan gave one chunk a span)
+// seq_idx (the plan gave one chunk a span)
 template <typename T, int kW>
 cudaError_t LaunchBwdStreamIds(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   return LaunchWithSmem(BwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, p.nchunk), kStreamThreads,
@@ -294,12 +294,10 @@ cudaError_t LaunchBwdStreamIds(const ConvArgs& a, const BackwardPlan& p, float* 
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  if (a.mode == SegmentMode::kSeqIdx)
-    return p.shared_ids ? WithExactWidth16(int(a.width), [&](auto w) {
-      return LaunchBwdStreamIds<T, decltype(w)::value>(a, p, ws, stream);
-    }) : cudaErrorInvalidValue;
   return WithExactWidth16(int(a.width), [&](auto w) {
-    return LaunchBwdStream<T, decltype(w)::value>(a, p, ws, stream);
+    constexpr int kW = decltype(w)::value;
+    return a.mode == SegmentMode::kSeqIdx ? LaunchBwdStreamIds<T, kW>(a, p, ws, stream)
+                                          : LaunchBwdStream<T, kW>(a, p, ws, stream);
   });
 }
 

@@ -114,7 +114,6 @@ ForwardPlan PlanForward(const ConvArgs& a) {
     p.family = ForwardPlan::kMma;
   } else if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, ForwardSpanChunks(a), &p.chunks_per_span)) > 0) {
     p.family = ForwardPlan::kStream;
-    p.shared_ids = SharedIds(a);
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
   } else if (WideClFits(a, a.residual, a.y) && a.width > 16 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
@@ -138,7 +137,6 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
   const bool rows = VectorRowsFit(a, a.dy, a.dx);
   if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, SharedIds(a) ? 1 : 4, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
-    p.shared_ids = SharedIds(a);
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {

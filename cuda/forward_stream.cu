@@ -181,7 +181,7 @@ cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t s
   return cudaGetLastError();
 }
 
-// seq_idx: W == kW (the plan gave one chunk a span)
+// seq_idx (the plan gave one chunk a span)
 template <typename T, int kW>
 cudaError_t LaunchStreamIds(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   return LaunchWithSmem(FwdStreamIdsKernel<T, kW>, IdStreamBlocks(a, p.spans_per_row), kStreamThreads,
@@ -191,11 +191,10 @@ cudaError_t LaunchStreamIds(const ConvArgs& a, const ForwardPlan& p, cudaStream_
 
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
-  if (a.mode == SegmentMode::kSeqIdx)
-    return p.shared_ids ? WithExactWidth16(int(a.width), [&](auto w) {
-      return LaunchStreamIds<T, decltype(w)::value>(a, p, stream);
-    }) : cudaErrorInvalidValue;
-  return WithExactWidth16(int(a.width), [&](auto w) { return LaunchStream<T, decltype(w)::value>(a, p, stream); });
+  return WithExactWidth16(int(a.width), [&](auto w) {
+    constexpr int kW = decltype(w)::value;
+    return a.mode == SegmentMode::kSeqIdx ? LaunchStreamIds<T, kW>(a, p, stream) : LaunchStream<T, kW>(a, p, stream);
+  });
 }
 
 }  // namespace

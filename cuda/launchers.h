@@ -61,14 +61,12 @@ cudaError_t VarlenStates(const VarlenStatesArgs& v, cudaStream_t stream);
 struct ForwardPlan {
   enum Family { kNone, kStream, kMma, kWide, kMmaCl, kWideCl, kClRow, kTile } family = kNone;
   int64_t spans_per_row = 0;  // kStream: warp spans per row; kMma(Cl), kWide(Cl): spans per row
-  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: shared_ids)
-  bool shared_ids = false;      // kStream: seq_idx, the ids shared by channels (stream_ids.cuh)
+  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx)
 };
 
 struct BackwardPlan {
   enum Family { kNone, kStream, kWide, kWideCl, kClRow, kTile } family = kNone;
-  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: shared_ids)
-  bool shared_ids = false;      // kStream: seq_idx, the ids shared by channels (stream_ids.cuh)
+  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx)
   int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
                         // (kClRow: completed by its launcher, as are nparts and steps)
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
