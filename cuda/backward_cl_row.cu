@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
   float xw[kHs][kV], gw[kHs][kV] = {};  // input and g at steps t - H .. t - 1
   if (active) {
     stage_group(ts, 0);
-    LoadClTaps<kW, kV>(a, grp * D + c0, 0, w, bias);
+    LoadClTaps<kW, kV>(a, grp * D + c0, w, bias);
     LoadClHistory<T, kV, H>(a, xb, b, c0, ts, xw);
   }
   if constexpr (kMasked) {

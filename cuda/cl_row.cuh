@@ -3,9 +3,8 @@
 // by kClY time slices; each thread owns kV channels (an aligned word of
 // kV * sizeof(T) bytes: narrower as the width grows, so that the taps and
 // the window of the last W - 1 inputs stay in registers) and walks its
-// slice of time forwards. Widths up to 16, bucketed like the streaming
-// kernels (1..8 exactly, then 12 and 16 with absent leading taps; the
-// forward compiles W 12 and 16 apart, without the taps' tests).
+// slice of time forwards. Widths up to 16, each compiled at its own width
+// (kW == W), as the streaming kernels.
 //
 // seq_idx and varlen (kMasked): the block stages the ids of its steps once
 // (varlen: each step's sequence index, and the sequence's first step). With
@@ -25,7 +24,7 @@ constexpr int kClX = 32;
 constexpr int kClY = 4;
 // Time steps per thread, forward: more as the width grows, where each
 // slice's set-up (its taps, the history of W - 1 steps read again) costs
-// more and a thread holds fewer channels. A call takes the bucket's base
+// more and a thread holds fewer channels. A call takes the width's base
 // slice or twice it (cl_row_plan.cu chooses from the grid's size); the
 // kernels size their ids for the longer.
 __host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 4 ? 32 : kW <= 8 ? 64 : 128; }
@@ -36,7 +35,7 @@ __host__ __device__ constexpr int ClFwdMaxSteps(int kW) { return 2 * ClFwdSteps(
 // (csrc/problem.h) steps.
 constexpr int kClBwdSteps = 128;
 __host__ __device__ constexpr int ClBwdMaxSteps(int kW) { return kW <= 4 ? 128 : 256; }
-// The slices a kernel of width bucket kW takes: whole staged groups of 8
+// The slices a kernel of width kW takes: whole staged groups of 8
 // steps, within the bounds above (the plan's overrides and the launchers
 // check the same rule).
 __host__ __device__ constexpr bool ClStepsValid(bool backward, int kW, int steps) {
@@ -45,7 +44,7 @@ __host__ __device__ constexpr bool ClStepsValid(bool backward, int kW, int steps
 }
 
 // Channels per thread: the forward's word is 16, 8 or 4 bytes as the width
-// bucket grows; the backward keeps 4 channels (W <= 4), then 2, then 1, in
+// grows (W <= 4, 5..8, 9..16); the backward keeps 4 channels (W <= 4), then 2, then 1, in
 // words of at least 4 bytes (cp.async's smallest).
 __host__ __device__ constexpr int ClFwdVec(int bytes_of_t, int kW) {
   return (kW <= 4 ? 16 : kW <= 8 ? 8 : 4) / bytes_of_t;
@@ -56,7 +55,8 @@ __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
 }
 
 // Blocks an SM asked of the compiler for the row kernels (0: unbounded).
-// The forward asks 4 at the buckets 12 and 16: unbounded, its seq_idx
+// The forward asks 4 at W 9..16 (as it did at the buckets 12 and 16, which
+// held them before the eighteenth session): unbounded, its seq_idx
 // instantiations took 3 blocks' share (2 padded at 16) for a masked body
 // that runs in few groups, and measured slower. The backward (compiled at
 // every W) asks 3 at W 9..12, as the bucket 12 did (168 registers, no
@@ -67,7 +67,7 @@ __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
 // 8 and lose a block, and bounds of 5 on the backward at W 3..7 and on the
 // dense forward at W 4 spilled and measured slower (docs/performance-
 // log.md, eighth, fifteenth and seventeenth sessions).
-__host__ __device__ constexpr int ClFwdMinBlocks(int kW) { return kW >= 12 || kW == 7 ? 4 : kW == 6 ? 5 : 0; }
+__host__ __device__ constexpr int ClFwdMinBlocks(int kW) { return kW >= 9 || kW == 7 ? 4 : kW == 6 ? 5 : 0; }
 __host__ __device__ constexpr int ClBwdMinBlocks(int kW) { return kW > 8 && kW <= 12 ? 3 : 0; }
 
 // kV channels of one time step kept as loaded (raw T, one 4-, 8- or 16-byte
@@ -89,17 +89,15 @@ __device__ __forceinline__ ChRaw<T, kV> LoadChRaw(const T* p) {
   return r;
 }
 
-// Taps and biases of kV consecutive channels, weight row `first` onwards,
-// right-aligned in a bucket of kW (w[k] for k < pad absent, zero).
+// Taps (W == kW) and biases of kV consecutive channels, weight row `first`
+// onwards.
 template <int kW, int kV>
-__device__ __forceinline__ void LoadClTaps(const ConvArgs& a, int64_t first, int pad,
-                                           float (&w)[kW][kV], float (&bias)[kV]) {
-  const int W = int(a.width);
+__device__ __forceinline__ void LoadClTaps(const ConvArgs& a, int64_t first, float (&w)[kW][kV],
+                                           float (&bias)[kV]) {
 #pragma unroll
   for (int c = 0; c < kV; ++c) {
 #pragma unroll
-    for (int k = 0; k < kW; ++k)
-      w[k][c] = k >= pad ? LoadAnyF(a.weight, a.w_dtype, (first + c) * W + k - pad) : 0.f;
+    for (int k = 0; k < kW; ++k) w[k][c] = LoadAnyF(a.weight, a.w_dtype, (first + c) * kW + k);
     bias[c] = a.bias ? LoadAnyF(a.bias, a.b_dtype, first + c) : 0.f;
   }
 }
@@ -176,7 +174,7 @@ using ClIdsOf = std::conditional_t<kMasked, ClIds<kMaxSteps>, NoClIds>;
 // The sequence masks a row kernel compiles: none (one sequence per row);
 // seq_idx only, every width (each tap's mask from a window of ids kept in
 // registers, a select per tap, no branch: the varlen history path's
-// registers stay out; at the buckets 12 and 16 it measured 2.6x faster in
+// registers stay out; at W 12 and 16 it measured 2.6x faster in
 // the backward than kAny, docs/performance-log.md, 2026-11-26, eighth
 // session); or any mode, chosen at run time (varlen).
 enum class ClMask { kNone, kSeqIdx, kAny };
@@ -299,8 +297,7 @@ __device__ __forceinline__ float MaskedClHistory(const ConvArgs& a, const Ids& i
   // id < 0: an output past the row's end (the backward computes its taps
   // before knowing it is dead); it has no sequence, hence no history.
   if (a.mode != SegmentMode::kVarlen || !a.initial_states || id < 0) return 0.f;
-  // p: the step tap k reads (k and H in the template's bucket); the state
-  // row holds the real width's W - 1 steps before the sequence start
+  // p: the step tap k reads; the state row holds the W - 1 steps before the sequence start
   const int64_t p = t - H + k, start = ids.Start(t);
   return LoadState<T>(a, a.initial_states, b * a.num_seqs + id, c, p - start + (a.width - 1));
 }

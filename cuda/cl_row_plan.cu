@@ -10,7 +10,7 @@ namespace jcc::cuda {
 namespace {
 
 // The slice, from W = 8 on (below it the longer slice measured level): the
-// bucket's base (forward ClFwdSteps, backward kClBwdSteps) or twice it,
+// width's base (forward ClFwdSteps, backward kClBwdSteps) or twice it,
 // whichever the grid's waves favour. A wave is the blocks the GPU holds at
 // once; its time is taken as its blocks' slice plus a set-up: the taps and
 // the history read again, and in the backward the partial weight sums
@@ -25,7 +25,7 @@ constexpr int kLongSliceMinWidth = 8;
 int64_t Chunks(const ConvArgs& a, int64_t steps) { return CeilDiv(a.len, int64_t(kClY) * steps); }
 
 int Slice(const ConvArgs& a, bool backward, int base, int blocks_per_sm) {
-  if (WidthBucket(int(a.width)) < kLongSliceMinWidth || blocks_per_sm <= 0) return base;
+  if (a.width < kLongSliceMinWidth || blocks_per_sm <= 0) return base;
   cudaError_t err = cudaSuccess;
   const int64_t sms = CurrentDeviceSms(&err);
   if (err != cudaSuccess) return base;
@@ -42,26 +42,26 @@ int Slice(const ConvArgs& a, bool backward, int base, int blocks_per_sm) {
 // JCC_CL_BWD_STEPS (kClBwdSteps up to ClBwdMaxSteps) override the choice:
 // tests and diagnosis. Read at each call, so that one process can compare
 // settings (a call captured in a CUDA graph keeps what was read at capture).
-int StepsOverride(bool backward, int bucket) {
+int StepsOverride(bool backward, int W) {
   const char* e = std::getenv(backward ? "JCC_CL_BWD_STEPS" : "JCC_CL_FWD_STEPS");
   if (e == nullptr) return 0;
   const int v = std::atoi(e);
-  return ClStepsValid(backward, bucket, v) ? v : 0;
+  return ClStepsValid(backward, W, v) ? v : 0;
 }
 
 }  // namespace
 
 int64_t ClRowChunks(const ConvArgs& a, bool backward, int blocks_per_sm, int* steps) {
-  const int bucket = WidthBucket(int(a.width));
-  const int set = StepsOverride(backward, bucket);
-  *steps = set ? set : Slice(a, backward, backward ? kClBwdSteps : ClFwdSteps(bucket), blocks_per_sm);
+  const int W = int(a.width);
+  const int set = StepsOverride(backward, W);
+  *steps = set ? set : Slice(a, backward, backward ? kClBwdSteps : ClFwdSteps(W), blocks_per_sm);
   const int64_t nchunk = Chunks(a, *steps);
   return ClBlocks(a.batch, nchunk, a.dim, ClRowVec(a, backward)) <= INT_MAX ? nchunk : 0;
 }
 
 int ClRowVec(const ConvArgs& a, bool backward) {
-  const int bucket = WidthBucket(int(a.width)), bytes = DTypeBytes(a.x_dtype);
-  return backward ? ClBwdVec(bytes, bucket) : ClFwdVec(bytes, bucket);
+  const int W = int(a.width), bytes = DTypeBytes(a.x_dtype);
+  return backward ? ClBwdVec(bytes, W) : ClFwdVec(bytes, W);
 }
 
 }  // namespace jcc::cuda

@@ -157,12 +157,8 @@ R With16BitType(DType t, R otherwise, F&& f) {
 }
 
 // --- the templated families' one width switch (W <= 16) ----------------------
-// The template width of a width: itself up to 8, then 12 or 16 (absent
-// leading taps, zero).
-__host__ __device__ constexpr int WidthBucket(int W) { return W <= 8 ? W : (W <= 12 ? 12 : 16); }
-
 // f(std::integral_constant<int, W>()) when W is one of kWs, else
-// cudaErrorInvalidValue: the one switch the two below share.
+// cudaErrorInvalidValue.
 template <int... kWs, typename F>
 cudaError_t WithWidthAmong(int W, F&& f) {
   cudaError_t err = cudaErrorInvalidValue;
@@ -170,16 +166,8 @@ cudaError_t WithWidthAmong(int W, F&& f) {
   return err;
 }
 
-// f(std::integral_constant<int, WidthBucket(W)>()): the channels-last
-// forward rows.
-template <typename F>
-cudaError_t WithWidthBucket(int W, F&& f) {
-  return WithWidthAmong<1, 2, 3, 4, 5, 6, 7, 8, 12, 16>(WidthBucket(W), f);
-}
-
-// f(std::integral_constant<int, W>()) for W 1..16, each at its own width
-// (no absent taps): the streaming kernels and the channels-last backward
-// rows.
+// f(std::integral_constant<int, W>()) for W 1..16: the streaming and the
+// channels-last row kernels are compiled at every width (no absent taps).
 template <typename F>
 cudaError_t WithExactWidth16(int W, F&& f) {
   return WithWidthAmong<1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16>(W, f);
@@ -234,13 +222,6 @@ __device__ __forceinline__ int64_t BatchPerGroupFast(const ConvArgs& a) { return
 __device__ __forceinline__ int64_t WeightRow(const ConvArgs& a, int64_t b, int64_t d) {
   return (a.groups == 1 ? 0 : DivFast(b, BatchPerGroupFast(a)) * a.dim) + d;
 }
-
-// Whether tap k of a kernel instantiated for kW taps is present at a width
-// W = kW - pad: widths up to 8 are exact instantiations (no absent tap);
-// the buckets 12 and 16 hold W in their last W taps, the first pad absent
-// (skipped, never multiplied: a NaN or Inf under them must not leak in).
-template <int kW>
-__host__ __device__ __forceinline__ constexpr bool TapPresent(int k, int pad) { return kW <= 8 || k >= pad; }
 
 // Ceil division for launch sizes.
 __host__ __device__ __forceinline__ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -15,11 +15,10 @@ namespace {
 constexpr int kStage = 8;        // steps per staged group
 static_assert(kStage == 8, "ClStepsValid (cl_row.cuh) takes slices of whole groups of 8 steps");
 
-// kPadded: W is short of its bucket (12 or 16), so the leading pad taps
-// are absent and every tap tests its presence; a W that fills its bucket
-// takes the kernel without the tests (they were a fifth of its
-// instructions at W 16).
-template <typename T, int kW, ClMask kMask, bool kPadded>
+// Compiled at every W <= 16 (W == kW: no absent taps to test; the tests
+// of the former buckets 12 and 16 were a fifth of the W 16 kernel's
+// instructions).
+template <typename T, int kW, ClMask kMask>
 __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
     FwdClRowKernel(const ConvArgs a, int64_t nchunk, int steps) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
@@ -47,7 +46,6 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   const int64_t ts = (chunk * kClY + threadIdx.y) * steps;
   const int64_t te = Min64(L, ts + steps);
   const bool mine = c0 < D && ts < te;
-  const int W = int(a.width), pad = kPadded ? kW - W : 0;
   const T* xb = static_cast<const T*>(a.x) + b * L * D + c0;
   const T* rb = has_res ? static_cast<const T*>(a.residual) + b * L * D + c0 : nullptr;
   T* yb = static_cast<T*>(a.y) + b * L * D + c0;
@@ -75,7 +73,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   float win[kHs][kV];  // input at steps t - H .. t - 1
   if (mine) {
     stage_group(ts, 0);
-    LoadClTaps<kW, kV>(a, (b / a.batch_per_group()) * D + c0, pad, w, bias);
+    LoadClTaps<kW, kV>(a, (b / a.batch_per_group()) * D + c0, w, bias);
     LoadClHistory<T, kV, H>(a, xb, b, c0, ts, win);
   }
   if constexpr (kMasked) {
@@ -92,9 +90,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   // partial group; every group at W <= 4; kAny's mixed groups) read the
   // activation at run time; kMasked ones mask taps by the id window; kDense
   // ones lie in a window of one sequence (no masks). kAct: the activation
-  // known at compile time (0: read `silu`, 1: none, 2: SiLU). The padded
-  // kernels skip their absent leading taps (k < pad) by a test per tap
-  // (an input read by a zero tap could be Inf: 0 * Inf = NaN).
+  // known at compile time (0: read `silu`, 1: none, 2: SiLU).
   auto step = [&](int64_t tt, const Raw xr, int buf, int u, auto kind, auto act, auto res) {
     constexpr bool kM = kMasked && decltype(kind)::value != StepKind::kDense;
     constexpr bool kIdsM = kIds && kM;
@@ -120,19 +116,18 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
       if constexpr (kIdsM) {  // (a select: an input of another sequence is never multiplied)
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (TapPresent<kW>(k, pad)) acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
+          acc += w[k][c] * (idw.Same(k, H) ? win[k][c] : 0.f);
       } else if (clean) {
 #pragma unroll
         for (int k = 0; k < H; ++k)
-          if (TapPresent<kW>(k, pad)) acc += w[k][c] * win[k][c];
+          acc += w[k][c] * win[k][c];
       } else if (live) {
 #pragma unroll
-        for (int k = 0; k < H; ++k)
-          if (TapPresent<kW>(k, pad)) {
-            const float v = kM && ids.Id(tt - H + k) != id
-                                ? MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c) : win[k][c];
-            acc += w[k][c] * v;
-          }
+        for (int k = 0; k < H; ++k) {
+          const float v = kM && ids.Id(tt - H + k) != id
+                              ? MaskedClHistory<T>(a, ids, b, tt, k, H, id, c0 + c) : win[k][c];
+          acc += w[k][c] * v;
+        }
       }
       out[c] = live ? Activate(acc, act_silu) : 0.f;
 #pragma unroll
@@ -206,16 +201,11 @@ constexpr size_t StageBytes(bool residual) {
   return size_t(2) * (residual ? 2 : 1) * kStage * kClX * kClY * ClFwdVec(sizeof(T), kW) * sizeof(T);
 }
 
-// Calls f with the call's kernel (a std::integral_constant of it): its
-// mask, and at the buckets 12 / 16 whether W falls short of the bucket.
+// Calls f with the call's kernel (a std::integral_constant of it): its mask.
 template <typename T, int kW, typename F>
 cudaError_t WithFwdKernel(const ConvArgs& a, F&& f) {
   return WithClMask<kW>(a, [&](auto mask) {
-    constexpr ClMask kMask = decltype(mask)::value;
-    if constexpr (kW > 8) {
-      if (int(a.width) != kW) return f(KernelTag<FwdClRowKernel<T, kW, kMask, true>>());
-    }
-    return f(KernelTag<FwdClRowKernel<T, kW, kMask, false>>());
+    return f(KernelTag<FwdClRowKernel<T, kW, decltype(mask)::value>>());
   });
 }
 
@@ -241,7 +231,7 @@ cudaError_t Launch(const ConvArgs& a, cudaStream_t stream) {
 
 cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan&, cudaStream_t stream) {
   return WithFloatType(a.x_dtype, cudaErrorNotSupported, [&](auto t) {
-    return WithWidthBucket(int(a.width), [&](auto w) { return Launch<decltype(t), decltype(w)::value>(a, stream); });
+    return WithExactWidth16(int(a.width), [&](auto w) { return Launch<decltype(t), decltype(w)::value>(a, stream); });
   });
 }
 
