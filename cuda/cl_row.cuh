@@ -57,7 +57,7 @@ __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
 // Blocks an SM asked of the compiler for the row kernels (0: unbounded).
 // The forward asks 4 at W 9..16 (as it did at the buckets 12 and 16, which
 // held them before the eighteenth session): unbounded, its seq_idx
-// instantiations took 3 blocks' share (2 padded at 16) for a masked body
+// instantiations took 3 blocks' share for a masked body
 // that runs in few groups, and measured slower. The backward (compiled at
 // every W) asks 3 at W 9..12, as the bucket 12 did (168 registers, no
 // spill at 16-bit types; unbounded it took 2 blocks' share); 3 at 16

@@ -21,6 +21,7 @@ static_assert(kStage == 8, "ClStepsValid (cl_row.cuh) takes slices of whole grou
 template <typename T, int kW, ClMask kMask>
 __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
     FwdClRowKernel(const ConvArgs a, int64_t nchunk, int steps) {
+  static_assert(kW >= 1 && kW <= 16, "launched at W == kW (WithExactWidth16)");
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
   constexpr int kThreadsPerBlock = kClX * kClY;

@@ -97,7 +97,7 @@ int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chu
 int64_t WideSpans(const ConvArgs& a);  // spans per row, either wide family
 constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family
 // kClRow (cl_row_plan.cu): time chunks per row; *steps gets the time steps
-// a thread walks. The plan asks with blocks_per_sm 0 (the bucket's base
+// a thread walks. The plan asks with blocks_per_sm 0 (the width's base
 // slice, or JCC_CL_*_STEPS): at least as many chunks as the launch's, so
 // that what fits there fits the launch; the launcher, typed, asks again
 // with its kernel's blocks an SM, which may double the slice.

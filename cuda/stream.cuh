@@ -12,8 +12,8 @@
 // the lanes ahead.
 //
 // Widths are template parameters, each W <= 16 compiled at its own width
-// (kW == W: no absent taps; the channels-last rows' buckets of 12 and 16
-// measured slower here, docs/performance-log.md, eighteenth session).
+// (kW == W: no absent taps; the buckets of 12 and 16 taps that held W 9..16
+// before measured slower, docs/performance-log.md, eighteenth session).
 #pragma once
 
 #include "common.cuh"

@@ -57,7 +57,7 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (2, 4, 1032), 11, False, "seq"),     # streaming, shared ids at W 11
     (jnp.float32, (1, 8, 800), 16, False, "states"),    # streaming, W 16
     (jnp.bfloat16, (2, 16, 600), 7, True, "seq"),       # channels-last rows, masked
-    (jnp.float32, (1, 8, 300), 13, True, "states"),     # channels-last rows, bucket 16
+    (jnp.float32, (1, 8, 300), 13, True, "states"),     # channels-last rows, W 13
     (jnp.float32, (1, 3, 4104), 4, False, "states"),    # streaming, several chunks
     (jnp.bfloat16, (8, 4096, 1032), 4, False, "plain"),  # streaming backward, warps spanning 2 chunks
     (jnp.float32, (2, 12, 520), 1, False, "plain"),
@@ -95,9 +95,9 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     # the same through the channels-first shared-ids kernels (whole vectors of padding)
     (jnp.bfloat16, (2, 40, 1104), 4, False, "seqpad"),
     (jnp.float32, (1, 24, 1104), 7, False, "seqpad"),
-    # channels-last rows' seq_idx by selects at a bucket width (12: a leading pad tap)
+    # channels-last rows' seq_idx by selects at W 10
     (jnp.float32, (1, 16, 1100), 10, True, "seqpad"),
-    # channels-last rows at the buckets 12 and 16 with every tap present
+    # channels-last rows at W 12 and 16
     # (bfloat16 W 13..16 forwards take the rows, not the tensor-core kernel)
     (jnp.bfloat16, (2, 64, 1100), 12, True, "plain"),
     (jnp.bfloat16, (1, 32, 1100), 16, True, "states"),

@@ -66,7 +66,7 @@ def test_small_seq_idx(dtype, W, cl):
 @pytest.mark.parametrize("D", [20, 32])
 def test_small_varlen(dtype, W, D):
     """D = 32: whole channel vectors (the channels-last row family for
-    W <= 16, its buckets 12 and 16 at W = 9, 13); D = 20 the tile family
+    W <= 16, each W at its own width); D = 20 the tile family
     where a vector does not divide it."""
     rng = np.random.default_rng(W)
     lens = [5, 0, 1, 300, 2, 1200, 3]

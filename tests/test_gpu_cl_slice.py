@@ -1,11 +1,11 @@
 """The channels-last row kernels' slice (the backward's: below). In the
-forward each thread walks the width bucket's base number of steps or twice
+forward each thread walks the width's base number of steps or twice
 it (cuda/cl_row_plan.cu chooses
 from the grid's size; JCC_CL_FWD_STEPS, a multiple of 8 up to the longest,
 overrides it at each call). Every slice, and the plan's own choice, must
 give the base slice's outputs bit for bit (the same arithmetic per output)
-and the CPU kernels' within the tolerance: each width bucket's slices
-(exact widths and the buckets 12 and 16 with pad taps), dense, seq_idx
+and the CPU kernels' within the tolerance: the slices of each base (W 3,
+7, 8, 11, 16), dense, seq_idx
 (padding, one-step segments, ids across slice edges) and varlen, with
 initial and final states, a residual (not varlen), and a row whose last
 slice is partial."""
@@ -21,7 +21,7 @@ from gpu_support import GPU, MARKS, check, grads, inputs, run, same_under_settin
 
 pytestmark = MARKS
 
-BASE = {3: 32, 7: 64, 8: 64, 11: 128, 16: 128}   # ClFwdSteps of W's bucket
+BASE = {3: 32, 7: 64, 8: 64, 11: 128, 16: 128}   # ClFwdSteps(W)
 
 # (dtype, B, D, L, W, mode): L is no multiple of a block's steps (4 slices)
 CASES = [("bfloat16", 2, 72, 1000, 3, "dense"), ("float32", 2, 40, 1000, 3, "seq"),

@@ -108,9 +108,8 @@ def test_stream_seq_idx_edge_table(W, dtype):
 def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
     """An Inf or NaN input stays in its own sequence: the next sequence's
     outputs (and its dx, dweight) stay finite, as on the CPU. An Inf inside
-    a sequence reaches only the W outputs that read it (W 10, 14: the
-    channels-last rows' buckets of 12 and 16 taps, inside one sequence;
-    channels-first runs them exactly)."""
+    a sequence reaches only the W outputs that read it (W 10, 14: widths
+    between the former buckets of 12 and 16 taps, inside one sequence)."""
     rng = np.random.default_rng(W)
     B, D, L = 1, 32 if cl else 20, 2056
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
@@ -130,13 +129,12 @@ def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
 @pytest.mark.parametrize("W", [10, 14])
 @pytest.mark.parametrize("cl", [False, True])
 def test_bucket_absent_taps_nonfinite(dtype, W, cl):
-    """At W 10 and 14 the channels-last forward rows run the buckets of 12
-    and 16 taps, whose leading taps are absent (zero). An Inf at a sequence's first
-    step lies under those absent taps of outputs W and W + 1 steps later, in
-    a group whose window still reaches the sequence before (the masked
-    steps): it must not be multiplied there (0 * Inf), as on the CPU. (The
-    channels-first kernels and the channels-last backward run these widths
-    exactly.)"""
+    """At W 10 and 14 (widths the channels-last rows ran in buckets of 12
+    and 16 taps, with absent leading taps, before the eighteenth session;
+    now every kernel runs them at their own width) an Inf at a sequence's
+    first step lies in the window of outputs W and W + 1 steps later, in a
+    group whose window still reaches the sequence before (the masked
+    steps): it must not reach them (0 * Inf), as on the CPU."""
     rng = np.random.default_rng(W + 11)
     B, D, L = 1, 32 if cl else 20, 2056
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, cl)
