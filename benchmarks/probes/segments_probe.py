@@ -1,0 +1,58 @@
+"""Probe: what seq_idx costs over dense, by the ids' shape (GPU).
+
+Device time (profiler: the GPU's busy time per call, over 10 calls) of the
+forward and of the backward (a vjp, whose unused forward XLA drops) at (8, 4096, 4096) bf16, bias + SiLU,
+for dense and for seq_idx rows of: one sequence (every step plain, no
+masks), one sequence with the matrix's padded tail, the matrix's 8
+segments with the padded tail, and 64 segments. If one sequence already
+costs what 8 do, the masked steps are not the gap; the kernels' structure
+is. From the repository root on a GPU machine:
+    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl]"""
+import sys
+
+if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)  # the purpose and the command line; nothing runs
+    sys.exit(0)
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_causal_conv as jcc
+from benchmarks import matrix_cells as mc
+from benchmarks.timing import device_busy_us
+
+B, D, L = 8, 4096, 4096
+widths = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [4, 8, 16]
+cl = sys.argv[2:3] == ["cl"]
+rng = np.random.default_rng(0)
+
+
+def rows(segments, pad_fraction):
+    return jnp.asarray(np.tile(np.asarray(mc.seq_idx_row(L, segments, pad_fraction), np.int32), (B, 1)))
+
+
+IDS = {"dense": None,
+       "1 segment": rows(1, 0.0),
+       "1 + pad": rows(1, mc.PAD_FRACTION),
+       "8 + pad (matrix)": rows(8, mc.PAD_FRACTION),
+       "64 + pad": rows(64, mc.PAD_FRACTION)}
+
+
+x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), jnp.bfloat16)
+print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, ({B}, {D}, {L}) bf16, "
+      f"{'channels-last' if cl else 'channels-first'}, bias + SiLU; device µs per call")
+print("| W | ids | forward | backward | forward / dense | backward / dense |")
+print("|---:|---|---:|---:|---:|---:|")
+for W in widths:
+    w = jnp.asarray(rng.standard_normal((D, W)) / 2, jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((D,)), jnp.bfloat16)
+    base = None
+    for name, s in IDS.items():
+        conv = lambda x, w, b, s=s: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s,
+                                                       channels_last=cl, backend="ffi")
+        fwd = jax.jit(conv)
+        bwd = jax.jit(lambda x, w, b, g, conv=conv: jax.vjp(conv, x, w, b)[1](g))
+        tf, tb = device_busy_us(fwd, x, w, b), device_busy_us(bwd, x, w, b, x)
+        base = base or (tf, tb)
+        print(f"| {W} | {name} | {tf:.1f} | {tb:.1f} | {tf / base[0]:.2f} | {tb / base[1]:.2f} |", flush=True)
