@@ -1,12 +1,12 @@
 """Probe: what seq_idx costs over dense, by the ids' shape (GPU).
 
 Device time (profiler: the GPU's busy time per call, over 10 calls) of the
-forward and of the backward (a vjp, whose unused forward XLA drops) at (8, 4096, 4096) bf16, bias + SiLU,
-for dense and for seq_idx rows of: one sequence (every step plain, no
-masks), one sequence with the matrix's padded tail, the matrix's 8
-segments with the padded tail, and 64 segments. If one sequence already
-costs what 8 do, the masked steps are not the gap; the kernels' structure
-is. From the repository root on a GPU machine:
+forward and of the backward (a vjp, whose unused forward XLA drops) at
+(8, 4096, 4096) bf16, bias + SiLU, for dense and for seq_idx rows of: one
+sequence (every step plain, no masks), one sequence with the matrix's
+padded tail, the matrix's 8 segments with the padded tail, and 64
+segments. If one sequence already costs what 8 do, the masked steps are
+not the gap; the kernels' structure is. From the repository root on a GPU machine:
     PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl]"""
 import sys
 
