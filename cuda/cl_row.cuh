@@ -44,8 +44,8 @@ __host__ __device__ constexpr bool ClStepsValid(bool backward, int kW, int steps
 }
 
 // Channels per thread: the forward's word is 16, 8 or 4 bytes as the width
-// grows (W <= 4, 5..8, 9..16); the backward keeps 4 channels (W <= 4), then 2, then 1, in
-// words of at least 4 bytes (cp.async's smallest).
+// grows (W <= 4, 5..8, 9..16); the backward keeps 4 channels (W <= 4), then
+// 2, then 1, in words of at least 4 bytes (cp.async's smallest).
 __host__ __device__ constexpr int ClFwdVec(int bytes_of_t, int kW) {
   return (kW <= 4 ? 16 : kW <= 8 ? 8 : 4) / bytes_of_t;
 }
@@ -57,12 +57,13 @@ __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
 // Blocks an SM asked of the compiler for the row kernels (0: unbounded).
 // The forward asks 4 at W 9..16 (as it did at the buckets 12 and 16, which
 // held them before the eighteenth session): unbounded, its seq_idx
-// instantiations took 3 blocks' share for a masked body
-// that runs in few groups, and measured slower. The backward (compiled at
-// every W) asks 3 at W 9..12, as the bucket 12 did (168 registers, no
-// spill at 16-bit types; unbounded it took 2 blocks' share); 3 at 16
-// spilled and measured slower, as did 5 for the forward at 8. The forward also asks 4 at W 7 and 5 at W 6, where the
-// seq_idx instantiations took one block fewer than dense. Elsewhere
+// instantiations took 3 blocks' share for a masked body that runs in few
+// groups, and measured slower. The backward (compiled at every W) asks 3
+// at W 9..12, as the bucket 12 did (168 registers, no spill at 16-bit
+// types; unbounded it took 2 blocks' share); 3 at 16 spilled and measured
+// slower, as did 5 for the forward at 8. The forward also asks 4 at W 7
+// and 5 at W 6, where the seq_idx instantiations took one block fewer
+// than dense. Elsewhere
 // unbounded: a bound of 1 let the backward take more registers at W 4 and
 // 8 and lose a block, and bounds of 5 on the backward at W 3..7 and on the
 // dense forward at W 4 spilled and measured slower (docs/performance-
@@ -297,7 +298,8 @@ __device__ __forceinline__ float MaskedClHistory(const ConvArgs& a, const Ids& i
   // id < 0: an output past the row's end (the backward computes its taps
   // before knowing it is dead); it has no sequence, hence no history.
   if (a.mode != SegmentMode::kVarlen || !a.initial_states || id < 0) return 0.f;
-  // p: the step tap k reads; the state row holds the W - 1 steps before the sequence start
+  // p: the step tap k reads; the state row holds the W - 1 steps before
+  // the sequence start
   const int64_t p = t - H + k, start = ids.Start(t);
   return LoadState<T>(a, a.initial_states, b * a.num_seqs + id, c, p - start + (a.width - 1));
 }

@@ -296,8 +296,8 @@ for dt, (B, D, L), W, mode, steps, base in ((jnp.bfloat16, (2, 24, 1100), 11, "s
     case(("clslice", dt.__name__, B, D, L, W, mode))(
         lambda c=(dt, B, D, L, W, mode, steps, base): cl_slice_case(*c))
 
-# the channels-first shared-ids kernels at W 12 and 16 (cases 100..102: mask words of 96 and 128 bits at 16-bit types, float32's halo
-# of 4 lanes)
+# the channels-first shared-ids kernels at W 12 and 16 (cases 100..102:
+# mask words of 96 and 128 bits at 16-bit types, float32's halo of 4 lanes)
 for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 20, 2056), 12, False, "seq"),
                                    (jnp.float16, (1, 12, 1104), 16, False, "seqpad"),
                                    (jnp.float32, (1, 33, 1104), 16, False, "seq")):
