@@ -76,7 +76,12 @@ __host__ __device__ constexpr int ClBwdMinBlocks(int kW) { return kW > 8 && kW <
 template <typename T, int kV>
 struct alignas(kV * sizeof(T)) ChRaw {
   T e[kV];
-  __device__ __forceinline__ float operator[](int c) const { return ToF(e[c]); }
+  __device__ __forceinline__ float operator[](int c) const {
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && kV % 2 == 0)
+      return Bf16WordToF(reinterpret_cast<const uint32_t*>(e)[c / 2], c % 2);  // (c known at compile time)
+    else
+      return ToF(e[c]);
+  }
 };
 
 template <typename T, int kV>
@@ -95,10 +100,12 @@ __device__ __forceinline__ ChRaw<T, kV> LoadChRaw(const T* p) {
 template <int kW, int kV>
 __device__ __forceinline__ void LoadClTaps(const ConvArgs& a, int64_t first, float (&w)[kW][kV],
                                            float (&bias)[kV]) {
+  float rows[kV * kW];  // (the kV rows are consecutive: one dtype switch for all)
+  LoadAnyRowF<kV * kW>(a.weight, a.w_dtype, first * kW, rows);
 #pragma unroll
   for (int c = 0; c < kV; ++c) {
 #pragma unroll
-    for (int k = 0; k < kW; ++k) w[k][c] = LoadAnyF(a.weight, a.w_dtype, (first + c) * kW + k);
+    for (int k = 0; k < kW; ++k) w[k][c] = rows[c * kW + k];
     bias[c] = a.bias ? LoadAnyF(a.bias, a.b_dtype, first + c) : 0.f;
   }
 }

@@ -16,8 +16,31 @@ namespace jcc::cuda {
 
 // --- element conversion ------------------------------------------------------
 __device__ __forceinline__ float ToF(float v) { return v; }
+__device__ __forceinline__ float ToF(double v) { return float(v); }
 __device__ __forceinline__ float ToF(__half v) { return __half2float(v); }
 __device__ __forceinline__ float ToF(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// bfloat16 elements held two to a 32-bit word, to float with one integer
+// op each: a bfloat16 is a float's upper half, so the low element is the
+// word shifted up and the high one the word masked (converting each element
+// on its own extracts the high one first: two ops).
+__device__ __forceinline__ float Bf16WordToF(uint32_t word, bool high) {
+  return __uint_as_float(high ? word & 0xffff0000u : word << 16);
+}
+
+// N elements at e (4-byte aligned where N is even) to floats: bfloat16 by
+// whole words (Bf16WordToF).
+template <typename T, int N>
+__device__ __forceinline__ void ElementsToF(const T* e, float (&out)[N]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(e);
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = Bf16WordToF(w[j / 2], j % 2);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = ToF(e[j]);
+  }
+}
 
 template <typename T> __device__ __forceinline__ T FromF(float v);
 template <> __device__ __forceinline__ float FromF<float>(float v) { return v; }
@@ -34,16 +57,12 @@ __device__ __forceinline__ void LoadVec(const T* p, float (&out)[N]) {
     uint4 raw[kBytes / 16];
 #pragma unroll
     for (int i = 0; i < kBytes / 16; ++i) raw[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
-    const T* e = reinterpret_cast<const T*>(raw);
-#pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = ToF(e[j]);
+    ElementsToF<T, N>(reinterpret_cast<const T*>(raw), out);
   } else if constexpr (kBytes % 8 == 0) {
     uint2 raw[kBytes / 8];
 #pragma unroll
     for (int i = 0; i < kBytes / 8; ++i) raw[i] = __ldg(reinterpret_cast<const uint2*>(p) + i);
-    const T* e = reinterpret_cast<const T*>(raw);
-#pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = ToF(e[j]);
+    ElementsToF<T, N>(reinterpret_cast<const T*>(raw), out);
   } else {
 #pragma unroll
     for (int j = 0; j < N; ++j) out[j] = ToF(p[j]);
@@ -122,6 +141,24 @@ __device__ __forceinline__ float LoadAnyF(const void* base, DType t, int64_t i) 
     case DType::kF64: return float(static_cast<const double*>(base)[i]);
   }
   return 0.f;
+}
+
+// out[k] = element first + k of base (dtype t) for k < N: one switch on the
+// dtype for the row, where LoadAnyF per element switches N times.
+template <int N>
+__device__ __forceinline__ void LoadAnyRowF(const void* base, DType t, int64_t first, float (&out)[N]) {
+  auto row = [&](const auto* p) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = ToF(p[first + k]);
+  };
+  switch (t) {
+    case DType::kF32: row(static_cast<const float*>(base)); return;
+    case DType::kF16: row(static_cast<const __half*>(base)); return;
+    case DType::kBF16: row(static_cast<const __nv_bfloat16*>(base)); return;
+    case DType::kF64: row(static_cast<const double*>(base)); return;
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = 0.f;
 }
 
 __device__ __forceinline__ void StoreAnyF(void* base, DType t, int64_t i, float v) {

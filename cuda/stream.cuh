@@ -38,9 +38,7 @@ __device__ __forceinline__ uint4 LoadRaw16(const void* p) { return __ldg(static_
 template <typename T, int N>
 __device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[N]) {
   static_assert(N * sizeof(T) == 16, "one 16-byte vector");
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int j = 0; j < N; ++j) out[j] = ToF(e[j]);
+  ElementsToF<T, N>(reinterpret_cast<const T*>(&raw), out);
 }
 
 // Where a block works: batch row b, channel d = dgroup * 4 + warp, and the
@@ -70,8 +68,7 @@ __host__ __device__ __forceinline__ int64_t StreamBlocks(const ConvArgs& a, int6
 template <int kW>
 __device__ __forceinline__ float LoadStreamTaps(const ConvArgs& a, int64_t b, int64_t d, float (&w)[kW]) {
   const int64_t wrow = WeightRow(a, b, d);
-#pragma unroll
-  for (int k = 0; k < kW; ++k) w[k] = LoadAnyF(a.weight, a.w_dtype, wrow * kW + k);
+  LoadAnyRowF<kW>(a.weight, a.w_dtype, wrow * kW, w);
   return a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
 }
 
