@@ -106,7 +106,12 @@ __device__ __forceinline__ void LoadClTaps(const ConvArgs& a, int64_t first, flo
   for (int c = 0; c < kV; ++c) {
 #pragma unroll
     for (int k = 0; k < kW; ++k) w[k][c] = rows[c * kW + k];
-    bias[c] = a.bias ? LoadAnyF(a.bias, a.b_dtype, first + c) : 0.f;
+  }
+  if (a.bias) {
+    LoadAnyRowF<kV>(a.bias, a.b_dtype, first, bias);
+  } else {
+#pragma unroll
+    for (int c = 0; c < kV; ++c) bias[c] = 0.f;
   }
 }
 

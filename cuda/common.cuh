@@ -28,14 +28,23 @@ __device__ __forceinline__ float Bf16WordToF(uint32_t word, bool high) {
   return __uint_as_float(high ? word & 0xffff0000u : word << 16);
 }
 
-// N elements at e (4-byte aligned where N is even) to floats: bfloat16 by
-// whole words (Bf16WordToF).
+// N elements at e to floats; 16-bit elements of an even N by whole 32-bit
+// words (bfloat16: Bf16WordToF; float16: a pair at a time), so e must then
+// be 4-byte aligned (the callers' elements lie in registers or aligned
+// words).
 template <typename T, int N>
 __device__ __forceinline__ void ElementsToF(const T* e, float (&out)[N]) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(e);
 #pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = Bf16WordToF(w[j / 2], j % 2);
+    for (int j = 0; j < N / 2; ++j) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        out[2 * j] = Bf16WordToF(w[j], false), out[2 * j + 1] = Bf16WordToF(w[j], true);
+      } else {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[j]));
+        out[2 * j] = f.x, out[2 * j + 1] = f.y;
+      }
+    }
   } else {
 #pragma unroll
     for (int j = 0; j < N; ++j) out[j] = ToF(e[j]);

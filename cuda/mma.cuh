@@ -40,9 +40,9 @@ __device__ __forceinline__ void Mma16816(float (&c)[4], const unsigned (&a)[4], 
 // The floats of a pair of T.
 template <typename T>
 __device__ __forceinline__ void UnpackPair(unsigned u, float& first, float& second) {
-  T e[2];
-  memcpy(e, &u, 4);
-  first = ToF(e[0]), second = ToF(e[1]);
+  float f[2];
+  ElementsToF<T, 2>(reinterpret_cast<const T*>(&u), f);
+  first = f[0], second = f[1];
 }
 
 // --- the convolution as tiles of MMAs (forward_mma.cu has the formulas) ---

@@ -96,25 +96,6 @@ __device__ __forceinline__ void IssueWideClRows(const ConvArgs& a, const T* src,
   CpAsyncCommit();
 }
 
-// The elements of a 16-byte word, from its four 32-bit words (so that the
-// word is read from shared memory in one access, not element by element).
-template <typename T, int N = 16 / int(sizeof(T))>
-__device__ __forceinline__ void UnpackWords(const uint4 w, float (&out)[N]) {
-  const unsigned u[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (sizeof(T) == 4) {
-      out[i] = __uint_as_float(u[i]);
-    } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      out[2 * i] = __uint_as_float(u[i] << 16);
-      out[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-    } else {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
-      out[2 * i] = f.x, out[2 * i + 1] = f.y;
-    }
-  }
-}
-
 // Raw rows i < n (steps o + i) out as floats: channel w to dst + w *
 // warp_words + WideAt(i + off) (warp w's window). Steps before 0: the
 // initial states (or zeros). The caller waits for the copies and syncs.
@@ -129,7 +110,7 @@ __device__ __forceinline__ void ConvertWideClRows(const ConvArgs& a, const T* ra
 #pragma unroll
       for (int p = 0; p < P; ++p) {
         float part[N];
-        UnpackWords<T>(reinterpret_cast<const uint4*>(raw)[i * P + p], part);
+        Unpack<T, N>(reinterpret_cast<const uint4*>(raw)[i * P + p], part);  // (one 16-byte read)
 #pragma unroll
         for (int c = 0; c < N; ++c) v[p * N + c] = part[c];
       }
