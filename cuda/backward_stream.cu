@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr bool kWords = UnpackByWords<StreamPass::kBackward>(kW);
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
   const StreamPlace pl = LocateStream(a, spans_per_row, chunks_per_span);
   if (!pl.live) return;  // whole warps
@@ -60,8 +61,8 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     // for j < V this vector's share of dweight/dbias. Every lane calls it.
     auto g_of = [&](int j, float (&g)[N]) {
       float cur[N], h[kHs], dyv[N];
-      UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);
-      Unpack<T, N>(dyr[j], dyv);
+      UnpackWithHalo<T, N, kH, kWords>(xr[j + 1], xr[j], lane, cur, h);
+      Unpack<T, N, kWords>(dyr[j], dyv);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       const bool dead = p0 >= L || (j == V && lane >= kQ);
 #pragma unroll
@@ -141,6 +142,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr bool kWords = UnpackByWords<StreamPass::kBackwardIds>(kW);
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
   static_assert(kW >= 1 && kW <= 16, "launched at W == kW (WithExactWidth16): the taps are read kW a row");
   const IdPlace pl = LocateIdStream(a, spans_per_row);
@@ -210,8 +212,8 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
     // j < V its share of dweight/dbias. Every lane calls it.
     auto g_of = [&](int j, float (&g)[N]) {
       float cur[N], h[kHs], dyv[N];
-      UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);
-      Unpack<T, N>(dyr[j], dyv);
+      UnpackWithHalo<T, N, kH, kWords>(xr[j + 1], xr[j], lane, cur, h);
+      Unpack<T, N, kWords>(dyr[j], dyv);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
 #pragma unroll
       for (int n = 0; n < N; ++n) g[n] = 0.f;

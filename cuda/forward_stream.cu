@@ -20,6 +20,7 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
     FwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr bool kWords = UnpackByWords<StreamPass::kForward>(kW);
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
   const StreamPlace pl = LocateStream(a, spans_per_row, kWalk ? chunks_per_span : 1);
   if (!pl.live) return;  // whole warps
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       float cur[N], h[kHs];
-      UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
+      UnpackWithHalo<T, N, kH, kWords>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
       InputWindow<N, kH>(h, cur, win);
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
       float out[N];
 #pragma unroll
       for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, bias), silu);
-      if (res) AddResidual<T, N>(rr[j], out);
+      if (res) AddResidual<T, N, kWords>(rr[j], out);
       StoreVec<T, N>(yrow + p0, out);
     }
     if constexpr (kWalk) xr[0] = xr[V];
@@ -91,6 +92,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     FwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr bool kWords = UnpackByWords<StreamPass::kForwardIds>(kW);
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
   static_assert(kW >= 1 && kW <= 16, "launched at W == kW (WithExactWidth16): the taps are read kW a row");
   const IdPlace pl = LocateIdStream(a, spans_per_row);
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       float cur[N], h[kHs];
-      UnpackWithHalo<T, N, kH>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
+      UnpackWithHalo<T, N, kH, kWords>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       if (p0 >= L) continue;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
           out[n] = Bit(mj, N * kH + n) ? v : 0.f;
         }
       }
-      if (res) AddResidual<T, N>(rr[j], out);
+      if (res) AddResidual<T, N, kWords>(rr[j], out);
       StoreVec<T, N>(yrow + p0, out);
     }
   }

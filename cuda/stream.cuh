@@ -35,10 +35,31 @@ struct Stream {
 
 __device__ __forceinline__ uint4 LoadRaw16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
-template <typename T, int N>
+// The streaming kernels' passes, for choices made per pass and width.
+enum class StreamPass { kForward, kForwardIds, kBackward, kBackwardIds };
+
+// Whether a pass unpacks its 16-bit vectors by whole 32-bit words
+// (ElementsToF: fewer instructions) or element by element. Measured per
+// pass (docs/performance-log.md, 2026-11-27, twentieth session): by words
+// every pass came out level or faster except the dense backward at W 4, 8,
+// 12 and 13 (faster at 16; 14, 15 not timed) and the shared-ids forward at
+// W 4 (whose registers spill by words at W 3, 4 and 7); those keep the
+// elements.
+template <StreamPass P>
+__host__ __device__ constexpr bool UnpackByWords(int w) {
+  return P == StreamPass::kBackward ? w >= 16 : P == StreamPass::kForwardIds ? w >= 8 : true;
+}
+
+template <typename T, int N, bool kWords = true>
 __device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[N]) {
   static_assert(N * sizeof(T) == 16, "one 16-byte vector");
-  ElementsToF<T, N>(reinterpret_cast<const T*>(&raw), out);
+  const T* e = reinterpret_cast<const T*>(&raw);
+  if constexpr (kWords) {
+    ElementsToF<T, N>(e, out);
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = ToF(e[j]);
+  }
 }
 
 // Where a block works: batch row b, channel d = dgroup * 4 + warp, and the
@@ -135,12 +156,12 @@ __device__ __forceinline__ void LeftHalo(const E (&cur)[N], const E (&prev)[N], 
 // Vector j of this lane unpacked (cur, from raw `cur_raw`) with the kH
 // inputs before it (h, LeftHalo's; `prev_raw`: this lane's vector j - 1).
 // Every lane calls it (shuffles).
-template <typename T, int N, int kH>
+template <typename T, int N, int kH, bool kWords = true>
 __device__ __forceinline__ void UnpackWithHalo(const uint4& cur_raw, const uint4& prev_raw, int lane,
                                                float (&cur)[N], float (&h)[kH > 0 ? kH : 1]) {
   float prev[N];
-  Unpack<T, N>(cur_raw, cur);
-  Unpack<T, N>(prev_raw, prev);
+  Unpack<T, N, kWords>(cur_raw, cur);
+  Unpack<T, N, kWords>(prev_raw, prev);
   LeftHalo<N, kH>(cur, prev, lane, h);
 }
 
@@ -198,10 +219,10 @@ __device__ __forceinline__ void WalkGradVectors(int lane, G&& g_of, Body&& body)
 }
 
 // out += the residual vector `raw`.
-template <typename T, int N>
+template <typename T, int N, bool kWords = true>
 __device__ __forceinline__ void AddResidual(const uint4& raw, float (&out)[N]) {
   float r[N];
-  Unpack<T, N>(raw, r);
+  Unpack<T, N, kWords>(raw, r);
 #pragma unroll
   for (int n = 0; n < N; ++n) out[n] += r[n];
 }
