@@ -39,11 +39,12 @@ if sys.argv[1:2] in (["seq"], ["wide"]):
     b = jnp.asarray(rng.standard_normal((D,)), dt)
     for cl in (False, True):
         x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), dt)
+        g = jnp.asarray(rng.standard_normal(x.shape), dt)  # (not x: the same bytes twice flatter the backward)
         for s in (None, sidx):
             f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s,
                                                   channels_last=cl, backend="ffi")
             run(f, x, w, b)
-            run(lambda x, w, b: jax.vjp(f, x, w, b)[1](x), x, w, b)
+            run(lambda x, w, b, g: jax.vjp(f, x, w, b)[1](g), x, w, b, g)
     print("NCU PROBE OK")
     sys.exit(0)
 
