@@ -31,10 +31,11 @@ __device__ __forceinline__ float Bf16WordToF(uint32_t word, bool high) {
 // N elements at e to floats; 16-bit elements of an even N by whole 32-bit
 // words (bfloat16: Bf16WordToF; float16: a pair at a time), so e must then
 // be 4-byte aligned (the callers' elements lie in registers or aligned
-// words).
-template <typename T, int N>
+// words); element by element where kByWords is false (a caller's measured
+// choice: stream.cuh's UnpackByWords).
+template <typename T, int N, bool kByWords = true>
 __device__ __forceinline__ void ElementsToF(const T* e, float (&out)[N]) {
-  if constexpr (sizeof(T) == 2 && N % 2 == 0) {
+  if constexpr (kByWords && sizeof(T) == 2 && N % 2 == 0) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(e);
 #pragma unroll
     for (int j = 0; j < N / 2; ++j) {

@@ -53,13 +53,7 @@ __host__ __device__ constexpr bool UnpackByWords(int w) {
 template <typename T, int N, bool kWords = true>
 __device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[N]) {
   static_assert(N * sizeof(T) == 16, "one 16-byte vector");
-  const T* e = reinterpret_cast<const T*>(&raw);
-  if constexpr (kWords) {
-    ElementsToF<T, N>(e, out);
-  } else {
-#pragma unroll
-    for (int j = 0; j < N; ++j) out[j] = ToF(e[j]);
-  }
+  ElementsToF<T, N, kWords>(reinterpret_cast<const T*>(&raw), out);
 }
 
 // Where a block works: batch row b, channel d = dgroup * 4 + warp, and the
