@@ -129,16 +129,19 @@ struct BwdIdsShared {
 // dweight/dbias to ws as BwdStreamKernel does.
 // Each channel's chunk is staged (BackwardStage, cp.async) while the
 // channel before it runs.
-// (Blocks an SM asked of the compiler: the staging buffers leave room for
-// 4 (unbounded it takes all 255 registers at some widths, for 2 blocks).
-// 5 blocks, which fit at 16-bit W <= 4 and float32 W <= 7 with 96
-// registers and no spill, measured slower: docs/performance-log.md,
-// 2026-11-27, eleventh session. W 9..16 take the same 4 (no other bound
-// timed): 128 registers, at most 34 bytes spilled (16-bit W 13..16); 16-bit
+// (Blocks an SM asked of the compiler: 5 at W <= 8, where reading the
+// staged vectors as the walk needs them (StagedX, StagedDy) leaves 96
+// registers enough, with no spill at any dtype, and 5 blocks' shared memory
+// fits an SM (44 KB a block at 16-bit W 8); 4 at W 9..16: 128 registers,
+// no spill at 16 bits, at most 12 bytes at float32 W 12..14; 16-bit
 // W 9..16 use 48-54 KB of shared memory a block (past 48 KiB from W 12,
-// raised by LaunchWithSmem).)
+// raised by LaunchWithSmem). Unbounded it takes all 255 registers at some
+// widths, for 2 blocks. With the chunk's vectors all unstaged at once, 5
+// blocks spilled at W 6..8 and measured slower at W <= 4
+// (docs/performance-log.md, 2026-11-27, eleventh session); the twentieth
+// session's profile found the 4-block kernel short of warps to issue from.)
 template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, 4)
+__global__ void __launch_bounds__(kStreamThreads, kW <= 8 ? 5 : 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
@@ -196,14 +199,13 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
     const int64_t d = pl.d0 + ch;
     if (d >= a.dim) break;  // (warp-uniform)
     T* dxrow = static_cast<T*>(a.dx) + a.io_layout().At(b, d, 0);
-    uint4 xr[V + 2], dyr[V + 1];
     if (ch + 1 < kIdChannels && d + 1 < a.dim) {
       stage(ch + 1);
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
-    UnstageBackwardChunk<T, kQ>(stages[ch & 1], lane, xr, dyr);
+    const BackwardStage<T>& st = stages[ch & 1];
     float w[kW];
     const float bias = IdChannelTaps(my_taps, ch, w);
     float sums[kW + 1] = {};  // partial dweight and dbias (index kW)
@@ -212,8 +214,9 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
     // j < V its share of dweight/dbias. Every lane calls it.
     auto g_of = [&](int j, float (&g)[N]) {
       float cur[N], h[kHs], dyv[N];
-      UnpackWithHalo<T, N, kH, kWords>(xr[j + 1], xr[j], lane, cur, h);
-      Unpack<T, N, kWords>(dyr[j], dyv);
+      UnpackWithHalo<T, N, kH, kWords>(StagedX<T, kQ>(st, lane, j + 1), StagedX<T, kQ>(st, lane, j), lane, cur,
+                                       h);
+      Unpack<T, N, kWords>(StagedDy<T, kQ>(st, lane, j), dyv);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
 #pragma unroll
       for (int n = 0; n < N; ++n) g[n] = 0.f;

@@ -107,23 +107,29 @@ __device__ __forceinline__ void StageBackwardChunk(const ConvArgs& a, const T* x
   CpAsyncCommit();
 }
 
-// LoadBackwardChunk's xr and dyr from the staged slots (their copies
-// waited for).
+// LoadBackwardChunk's vectors read from the staged slots (their copies
+// waited for) one at a time, where the walk needs them: x vector i - 1 of
+// the chunk (i = 0: the vector before it, lanes >= 32 - kQ; i = V + 1: the
+// one after it, lanes < kQ) and dy vector j (j = V: the one after it);
+// zeros where a lane has no slot. Read as needed, the chunk's vectors are
+// not all held in registers at once.
 template <typename T, int kQ>
-__device__ __forceinline__ void UnstageBackwardChunk(const BackwardStage<T>& s, int lane,
-                                                     uint4 (&xr)[Stream<T>::kVecs + 2],
-                                                     uint4 (&dyr)[Stream<T>::kVecs + 1]) {
+__device__ __forceinline__ uint4 StagedX(const BackwardStage<T>& s, int lane, int i) {
   constexpr int V = Stream<T>::kVecs;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  const bool before = kQ > 0 && lane >= 32 - kQ, after = lane < kQ;
-  // (slot indices clamped: the other lanes read no slot)
-  xr[0] = before ? s.x_before[before ? lane - (32 - kQ) : 0] : zero;
-#pragma unroll
-  for (int j = 0; j < V; ++j) xr[j + 1] = s.x[j][lane];
-  xr[V + 1] = after ? s.x_after[after ? lane : 0] : zero;
-#pragma unroll
-  for (int j = 0; j < V; ++j) dyr[j] = s.dy[j][lane];
-  dyr[V] = after ? s.dy_after[after ? lane : 0] : zero;
+  if (i == 0) {
+    const bool before = kQ > 0 && lane >= 32 - kQ;
+    return before ? s.x_before[before ? lane - (32 - kQ) : 0] : zero;  // (index clamped: no read)
+  }
+  if (i == V + 1) return lane < kQ ? s.x_after[lane < kQ ? lane : 0] : zero;
+  return s.x[i - 1][lane];
+}
+
+template <typename T, int kQ>
+__device__ __forceinline__ uint4 StagedDy(const BackwardStage<T>& s, int lane, int j) {
+  constexpr int V = Stream<T>::kVecs;
+  if (j == V) return lane < kQ ? s.dy_after[lane < kQ ? lane : 0] : make_uint4(0, 0, 0, 0);
+  return s.dy[j][lane];
 }
 
 // Where a warp of these kernels works: batch row b, channels d0 ..
