@@ -86,9 +86,11 @@ using FwdIdsShared = IdTaps<kW>[kStreamWarps];
 
 // (Blocks an SM asked of the compiler: without a bound it takes registers
 // that leave room for 4; from W = 5 on the mask words need more than 6
-// blocks' share without spilling; W 9..16 ask 4, no other bound timed.)
+// blocks' share without spilling. 5 up to 16-bit W 12 and float32 W 11,
+// where the staged vectors read as the walk needs them leave 96 registers
+// enough (no spill; 16-bit W 13..16 spill 4-28 bytes at 5); 4 past those.)
 template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= (sizeof(T) == 2 ? 12 : 11) ? 5 : 4)
     FwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
@@ -131,19 +133,20 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     const int64_t row = a.io_layout().At(b, d, 0);
     const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
     T* yrow = static_cast<T*>(a.y) + row;
-    uint4 xr[V + 1], rr[V];
+    uint4 rr[V];
     if (ch + 1 < kIdChannels && d + 1 < a.dim) {
       stage(ch + 1);
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
+    // x vector i - 1 of the chunk (i = 0: the one before it), read from the
+    // staged slots as the walk needs it
     const ForwardStage<T>& st = stages[ch & 1];
-    xr[0] = before ? st.x[V][lane] : zero;
+    auto xv = [&](int i) { return i > 0 ? st.x[i - 1][lane] : before ? st.x[V][lane] : zero; };
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int64_t t = c0 + int64_t(j * 32 + lane) * N;
-      xr[j + 1] = st.x[j][lane];
       rr[j] = res && t < L ? LoadRaw16(res + t) : zero;
     }
     float w[kW];
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       float cur[N], h[kHs];
-      UnpackWithHalo<T, N, kH, kWords>(xr[j + 1], xr[j], lane, cur, h);  // (every lane: shuffles)
+      UnpackWithHalo<T, N, kH, kWords>(xv(j + 1), xv(j), lane, cur, h);  // (every lane: shuffles)
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       if (p0 >= L) continue;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
