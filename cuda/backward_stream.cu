@@ -129,19 +129,15 @@ struct BwdIdsShared {
 // dweight/dbias to ws as BwdStreamKernel does.
 // Each channel's chunk is staged (BackwardStage, cp.async) while the
 // channel before it runs.
-// (Blocks an SM asked of the compiler: 5 at W <= 8, where reading the
-// staged vectors as the walk needs them (StagedX, StagedDy) leaves 96
-// registers enough, with no spill at any dtype, and 5 blocks' shared memory
-// fits an SM (44 KB a block at 16-bit W 8); 4 at W 9..16: 128 registers,
-// no spill at 16 bits, at most 12 bytes at float32 W 12..14; 16-bit
-// W 9..16 use 48-54 KB of shared memory a block (past 48 KiB from W 12,
-// raised by LaunchWithSmem). Unbounded it takes all 255 registers at some
-// widths, for 2 blocks. With the chunk's vectors all unstaged at once, 5
-// blocks spilled at W 6..8 and measured slower at W <= 4
-// (docs/performance-log.md, 2026-11-27, eleventh session); the twentieth
-// session's profile found the 4-block kernel short of warps to issue from.)
+// (Blocks an SM asked of the compiler: 4. Unbounded it takes all 255
+// registers at some widths, for 2 blocks. With the staged vectors read as
+// the walk needs them (StagedX, StagedDy), 4 blocks' 128 registers leave no
+// spill at 16 bits, at most 12 bytes at float32 W 12..14; 16-bit W 9..16
+// use 48-54 KB of shared memory a block (past 48 KiB from W 12, raised by
+// LaunchWithSmem). 5 blocks at W <= 4 measured slower, in the eleventh
+// session and again in the twenty-first (docs/performance-log.md).)
 template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, kW <= 8 ? 5 : 4)
+__global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;

@@ -84,16 +84,26 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
 template <int kW>
 using FwdIdsShared = IdTaps<kW>[kStreamWarps];
 
+// Whether the shared-ids forward reads its staged x vectors from shared
+// memory as the walk needs them, not all into registers first: only at
+// W 9..12 (float32 9..11), where the registers that frees buy a fifth block
+// an SM. Elsewhere it would read each vector twice (as itself, then as the
+// next one's halo) and gain no block.
+template <typename T, int kW>
+__host__ __device__ constexpr bool FwdIdsReadsLazily() {
+  return kW > 8 && kW <= (sizeof(T) == 2 ? 12 : 11);
+}
+
 // (Blocks an SM asked of the compiler: without a bound it takes registers
 // that leave room for 4; from W = 5 on the mask words need more than 6
-// blocks' share without spilling. 5 up to 16-bit W 12 and float32 W 11,
-// where the staged vectors read as the walk needs them leave 96 registers
-// enough (no spill; 16-bit W 13..16 spill 4-28 bytes at 5); 4 past those.)
+// blocks' share without spilling. 5 at W 9..12 with the lazy reads (no
+// spill; 16-bit W 13..16 would spill 4-28 bytes at 5); 4 past those.)
 template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= (sizeof(T) == 2 ? 12 : 11) ? 5 : 4)
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 || FwdIdsReadsLazily<T, kW>() ? 5 : 4)
     FwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  constexpr bool kLazy = FwdIdsReadsLazily<T, kW>();
   constexpr bool kWords = UnpackByWords<StreamPass::kForwardIds>(kW);
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
   static_assert(kW >= 1 && kW <= 16, "launched at W == kW (WithExactWidth16): the taps are read kW a row");
@@ -133,17 +143,28 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= (sizeof(T)
     const int64_t row = a.io_layout().At(b, d, 0);
     const T* res = a.residual ? static_cast<const T*>(a.residual) + row : nullptr;
     T* yrow = static_cast<T*>(a.y) + row;
-    uint4 rr[V];
+    uint4 xr[kLazy ? 1 : V + 1], rr[V];
     if (ch + 1 < kIdChannels && d + 1 < a.dim) {
       stage(ch + 1);
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
-    // x vector i - 1 of the chunk (i = 0: the one before it), read from the
-    // staged slots as the walk needs it
+    // x vector i - 1 of the chunk (i = 0: the one before it), from the
+    // staged slots: copied into xr now, or read there as the walk needs it
     const ForwardStage<T>& st = stages[ch & 1];
-    auto xv = [&](int i) { return i > 0 ? st.x[i - 1][lane] : before ? st.x[V][lane] : zero; };
+    auto staged = [&](int i) { return i > 0 ? st.x[i - 1][lane] : before ? st.x[V][lane] : zero; };
+    auto xv = [&](int i) {
+      if constexpr (kLazy) {
+        return staged(i);
+      } else {
+        return xr[i];
+      }
+    };
+    if constexpr (!kLazy) {
+#pragma unroll
+      for (int i = 0; i <= V; ++i) xr[i] = staged(i);
+    }
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int64_t t = c0 + int64_t(j * 32 + lane) * N;
