@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# A/B of a change on the GPU machine, in one device call, the two builds
-# timed alternately: build the tree as it is ("base"), then with PATCH
-# applied ("patched"; git apply, reversed afterwards), keep each build's
-# modules, then ROUNDS times run the benchmark command on base, then on
-# patched, swapping the modules in (base1, patched1, base2, ...: a drift of
-# the machine shows as a difference between rounds, not between the two
-# builds). Each run appends `--json $OUT/NAME.json`; the side-by-side table
-# of benchmarks/matrix_compare.py follows. The records' kernel-sources
-# digests name the tree on disk (the base) for both builds. Logs in
-# $OUT/NAME.log. (AB_BUILD: another build script, e.g. to try this one.)
-#   tools/ab_alternate.sh PATCH "python3 -m benchmarks.conv_matrix --platform gpu ..." [ROUNDS]
+# A/B of changes on the GPU machine, in one device call, the builds timed
+# alternately: build the tree as it is ("base"), then with each PATCH
+# applied in turn (git apply, reversed afterwards; PATCHES is one patch or
+# several joined by commas, each named by its file's stem), keep each
+# build's modules, then ROUNDS times run the benchmark command on base and
+# on each patched build, swapping the modules in (base1, a1, b1, base2,
+# ...: a drift of the machine shows as a difference between rounds, not
+# between the builds). Each run appends `--json $OUT/NAME.json`; the
+# side-by-side table of benchmarks/matrix_compare.py follows. The records'
+# kernel-sources digests name the tree on disk (the base) for every build.
+# Logs in $OUT/NAME.log. (AB_BUILD: another build script, e.g. to try this
+# one.) A patch that touches one kernel file rebuilds only what includes it.
+#   tools/ab_alternate.sh PATCHES "python3 -m benchmarks.conv_matrix --platform gpu ..." [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
-patch=$1 cmd=$2 rounds=${3:-2}
+IFS=, read -r -a patches <<< "$1"
+cmd=$2 rounds=${3:-2}
 pkg=src/jax_causal_conv
 keep=$(mktemp -d)
 trap 'rm -rf "$keep"' EXIT
@@ -23,13 +26,18 @@ build_into() {  # build the tree as it is, keep its modules in $keep/$1
   mkdir -p "$keep/$1" && cp "$pkg"/_jcc_*.so "$pkg"/_build_info.py "$keep/$1/"
 }
 build_into base || exit 1
-git apply "$patch" || { echo "$patch does not apply"; exit 1; }
-build_into patched; ok=$?
-git apply -R "$patch"
-[ $ok -eq 0 ] || exit 1
+names=(base)
+for patch in "${patches[@]}"; do
+  name=$(basename "$patch" .patch)
+  git apply "$patch" || { echo "$patch does not apply"; exit 1; }
+  build_into "$name"; ok=$?
+  git apply -R "$patch"
+  [ $ok -eq 0 ] || exit 1
+  names+=("$name")
+done
 files=()
 for r in $(seq "$rounds"); do
-  for v in base patched; do
+  for v in "${names[@]}"; do
     cp "$keep/$v"/* "$pkg"/
     timeout 300 bash -c "$cmd --json $OUT/$v$r.json" > "$OUT/$v$r.log" 2>&1
     echo "$v$r: rc $? ($(tail -1 "$OUT/$v$r.log" | cut -c1-80))"
