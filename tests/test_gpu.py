@@ -228,15 +228,19 @@ def test_large_vs_cpu_and_deterministic(cl, shape):
 # Enough rows that the channels-first backward gives each warp a span of
 # several chunks (backward_stream.cu): (8, 4096, 2056) bf16 two chunks a span,
 # the last span one partial chunk; (8, 4096, 3080) four chunks a span, the
-# last partial.
-@pytest.mark.parametrize("shape", [(8, 4096, 2056), (8, 4096, 3080)])
-def test_large_backward_spans(shape):
+# last partial. Halos of one vector (bf16 W 4), two (bf16 W 16) and four
+# (float32 W 16: chunks of 512 steps, spans of four, the last span one
+# chunk of 8 steps, so the vector after the span before it is partly past
+# the end).
+@pytest.mark.parametrize("dtype,W,shape", [("bfloat16", 4, (8, 4096, 2056)), ("bfloat16", 4, (8, 4096, 3080)),
+                                           ("bfloat16", 16, (8, 4096, 3080)), ("float32", 16, (8, 4096, 2056))])
+def test_large_backward_spans(dtype, W, shape):
     rng = np.random.default_rng(2)
-    x, w, b, init = inputs(rng, *shape, 4, "bfloat16", False)
+    x, w, b, init = inputs(rng, *shape, W, dtype, False)
     for act in (None, "silu"):
         f = lambda x, w, b, s: jcc.causal_conv1d(x, w, b, activation=act, initial_states=s,
                                                  return_final_states=True, backend="ffi")
-        check(grads(f, (0, 1, 2, 3)), (x, w, b, init), "bfloat16", f"spans {act}")
+        check(grads(f, (0, 1, 2, 3)), (x, w, b, init), dtype, f"spans {act}")
 
 
 def test_small_reference_agrees():
