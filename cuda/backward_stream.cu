@@ -134,8 +134,9 @@ struct BwdIdsShared {
 // the walk needs them (StagedX, StagedDy), 4 blocks' 128 registers leave no
 // spill at 16 bits, at most 12 bytes at float32 W 12..14; 16-bit W 9..16
 // use 48-54 KB of shared memory a block (past 48 KiB from W 12, raised by
-// LaunchWithSmem). 5 blocks at W <= 4 measured slower, in the eleventh
-// session and again in the twenty-first (docs/performance-log.md).)
+// LaunchWithSmem). 5 blocks measured slower at W <= 4 in the eleventh
+// session, and mixed at W <= 8 in the twenty-first: slower at W 4 and at
+// float32 W 8, slightly faster at bf16 W 2, 3, 7, 8 (docs/performance-log.md).)
 template <typename T, int kW>
 __global__ void __launch_bounds__(kStreamThreads, 4)
     BwdStreamIdsKernel(const ConvArgs a, int64_t spans_per_row, float* ws) {
