@@ -1,14 +1,15 @@
 // Streaming backward for the rows of forward_stream.cu (see stream.cuh). A
-// warp owns a span of chunks of one channel row and walks them in order; per
+// warp owns a span of chunks of one channel row and walks them from its last
+// to its first (the g of the vector after a chunk handed over); per
 // chunk each thread loads its kVecs vectors of x and dy at once (plus the
-// vector before the chunk for the x halo and, for the first lanes, the
-// vector after it), then for each vector
+// vector before the chunk for the x halo and, for the first lanes in the
+// span's last chunk, the vector after it), then for each vector
 //   g = dy * act'(pre)  (pre recomputed from x; zero on padding / past the end),
 //   dweight[k] += g * x[t - H + k],  dbias += g,
 //   dx = sum_k w[k] g[t + H - k],
 // the H inputs before a vector from the lanes behind and the H values of g
 // after it from the lanes ahead, by shuffles; g of the vector after the
-// chunk is computed by the lanes that load it. seq_idx: BwdStreamIdsKernel
+// span is computed by the lanes that load it. seq_idx: BwdStreamIdsKernel
 // below (stream_ids.cuh), compiled at each W <= 16. The warp's partial
 // dweight/dbias go to
 // ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
@@ -47,19 +48,26 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
   float w[kW];
   const float bias = LoadStreamTaps<kW>(a, b, d, w);
   float part[kW + 1] = {};  // partial dweight (taps 0 .. kW - 1) and dbias (index kW)
+  // g of vector 0 of the chunk after (lanes < kQ: the right halo of the
+  // chunk's last vectors), handed over from the chunk walked before: the
+  // span is walked from its last chunk to its first, so only the span's
+  // last chunk computes the g of the vector after it.
+  float g_after[N] = {};
 
-  for (int64_t ci = pl.first_chunk; ci < chunk_end; ++ci) {
+  for (int64_t ci = chunk_end - 1; ci >= pl.first_chunk; --ci) {
     const int64_t c0 = ci * S::kChunk;
+    const bool first_walked = ci == chunk_end - 1;  // (warp-uniform)
     // All loads first: xr[j + 1] = x vector j (j = -1 .. V: before the
-    // chunk, its vectors, after it), dyr[j] = dy vector j (j = 0 .. V).
+    // chunk, its vectors, after it), dyr[j] = dy vector j (j = 0 .. V; the
+    // vectors after the chunk only where first_walked).
     uint4 xr[V + 2], dyr[V + 1];
     const bool before = kQ > 0 && lane >= 32 - kQ;
     const int64_t t_before = c0 - (32 - lane) * N;
-    LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, xr, dyr);
+    LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, first_walked, xr, dyr);
 
     // g of vector j (j == V: the vector after the chunk, lanes < kQ), and
     // for j < V this vector's share of dweight/dbias. Every lane calls it.
-    auto g_of = [&](int j, float (&g)[N]) {
+    auto computed_g = [&](int j, float (&g)[N]) {
       float cur[N], h[kHs], dyv[N];
       UnpackWithHalo<T, N, kH, kWords>(xr[j + 1], xr[j], lane, cur, h);
       Unpack<T, N, kWords>(dyr[j], dyv);
@@ -82,8 +90,23 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
         }
       }
     };
+    // computed_g, but the vector after the chunk handed over where the
+    // chunk after was walked, and vector 0's g kept for the chunk before
+    // (the walk asks g_of(V) first and g_of(0) last)
+    auto g_of = [&](int j, float (&g)[N]) {
+      if (j == V && !first_walked) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) g[n] = g_after[n];
+        return;
+      }
+      computed_g(j, g);
+      if (j == 0) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) g_after[n] = g[n];
+      }
+    };
 
-    WalkGradVectors<N, kH, V>(lane, g_of, [&](int j, const float(&gcur)[N], const float(&r)[kHs]) {
+    WalkGradVectors<N, kH, V, true>(lane, g_of, [&](int j, const float(&gcur)[N], const float(&r)[kHs]) {
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
       if (p0 < L) {
         float gw[N + kH];  // gw[i] is g at step p0 + i

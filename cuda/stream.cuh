@@ -110,13 +110,14 @@ __device__ __forceinline__ uint4 LoadVectorBefore(const ConvArgs& a, const T* xr
 // The backward's loads of one channel row's chunk at c0 (rows of L steps),
 // issued together before any is used: xr[j + 1] = x vector j for j = -1 ..
 // V (the vector before the chunk, at t_before, for the lanes whose halo
-// reaches back there (`before`); vector V for the lanes < kQ, whose g the
-// lanes ahead need; zeros elsewhere and past the end), dyr[j] = dy vector j
-// for j = 0 .. V likewise.
+// reaches back there (`before`); vector V for the lanes < kQ where `after`
+// (the g of the vector after the chunk is computed, not handed over);
+// zeros elsewhere and past the end), dyr[j] = dy vector j for j = 0 .. V
+// likewise.
 template <typename T, int kQ>
 __device__ __forceinline__ void LoadBackwardChunk(const ConvArgs& a, const T* xrow, const T* dyrow, int64_t b,
                                                   int64_t d, int64_t c0, int64_t L, int lane, bool before,
-                                                  int64_t t_before, uint4 (&xr)[Stream<T>::kVecs + 2],
+                                                  int64_t t_before, bool after, uint4 (&xr)[Stream<T>::kVecs + 2],
                                                   uint4 (&dyr)[Stream<T>::kVecs + 1]) {
   constexpr int N = Stream<T>::kN, V = Stream<T>::kVecs;
   const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -124,7 +125,7 @@ __device__ __forceinline__ void LoadBackwardChunk(const ConvArgs& a, const T* xr
 #pragma unroll
   for (int j = 0; j <= V; ++j) {
     const int64_t t = c0 + int64_t(j * 32 + lane) * N;
-    const bool ok = t < L && (j < V || lane < kQ);
+    const bool ok = t < L && (j < V || (after && lane < kQ));
     xr[j + 1] = ok ? LoadRaw16(xrow + t) : zero;
     dyr[j] = ok ? LoadRaw16(dyrow + t) : zero;
   }
@@ -196,19 +197,35 @@ __device__ __forceinline__ void GradWindow(const float (&g)[N], const float (&r)
 
 // The backward's walk over a chunk's V vectors: g of vector j + 1 (g_of,
 // every lane), the kH values of g after vector j (RightHalo), then
-// body(j, g of vector j, those kH values). Every lane calls it.
-template <int N, int kH, int V, typename G, typename Body>
+// body(j, g of vector j, those kH values). Every lane calls it. kFromLast:
+// the vectors from V - 1 down to 0, g_of(V) asked first and g_of(0) last
+// (a walk over chunks from last to first hands g_of(0) to the chunk before
+// as its g_of(V), with no more values held at once).
+template <int N, int kH, int V, bool kFromLast = false, typename G, typename Body>
 __device__ __forceinline__ void WalkGradVectors(int lane, G&& g_of, Body&& body) {
   float gcur[N], gnext[N];
-  g_of(0, gcur);
+  if constexpr (kFromLast) {
+    g_of(V, gnext);
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    g_of(j + 1, gnext);
-    float r[kH > 0 ? kH : 1];
-    RightHalo<N, kH>(gcur, gnext, lane, r);
-    body(j, gcur, r);
+    for (int j = V - 1; j >= 0; --j) {
+      g_of(j, gcur);
+      float r[kH > 0 ? kH : 1];
+      RightHalo<N, kH>(gcur, gnext, lane, r);
+      body(j, gcur, r);
 #pragma unroll
-    for (int n = 0; n < N; ++n) gcur[n] = gnext[n];
+      for (int n = 0; n < N; ++n) gnext[n] = gcur[n];
+    }
+  } else {
+    g_of(0, gcur);
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      g_of(j + 1, gnext);
+      float r[kH > 0 ? kH : 1];
+      RightHalo<N, kH>(gcur, gnext, lane, r);
+      body(j, gcur, r);
+#pragma unroll
+      for (int n = 0; n < N; ++n) gcur[n] = gnext[n];
+    }
   }
 }
 
