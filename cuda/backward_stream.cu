@@ -1,6 +1,8 @@
 // Streaming backward for the rows of forward_stream.cu (see stream.cuh). A
 // warp owns a span of chunks of one channel row and walks them from its last
-// to its first (the g of the vector after a chunk handed over); per
+// to its first, so that a chunk's vector-0 g, computed anyway, serves as the
+// right halo of the chunk before it and only the span's last chunk computes
+// the g of the vector after it; per
 // chunk each thread loads its kVecs vectors of x and dy at once (plus the
 // vector before the chunk for the x halo and, for the first lanes in the
 // span's last chunk, the vector after it), then for each vector
@@ -65,8 +67,9 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     const int64_t t_before = c0 - (32 - lane) * N;
     LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, first_walked, xr, dyr);
 
-    // g of vector j (j == V: the vector after the chunk, lanes < kQ), and
-    // for j < V this vector's share of dweight/dbias. Every lane calls it.
+    // g of vector j (j == V: the vector after the chunk, lanes < kQ; asked
+    // only in the span's last chunk), and for j < V this vector's share of
+    // dweight/dbias. Every lane calls it.
     auto computed_g = [&](int j, float (&g)[N]) {
       float cur[N], h[kHs], dyv[N];
       UnpackWithHalo<T, N, kH, kWords>(xr[j + 1], xr[j], lane, cur, h);
@@ -90,9 +93,10 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
         }
       }
     };
-    // computed_g, but the vector after the chunk handed over where the
-    // chunk after was walked, and vector 0's g kept for the chunk before
-    // (the walk asks g_of(V) first and g_of(0) last)
+    // computed_g, but the vector after the chunk handed over: g_after is
+    // g_of(0) of chunk ci + 1, walked just before (the walk asks g_of(V)
+    // first and g_of(0) last). Lanes >= kQ carry their own vector 0's g
+    // there, not zeros: RightHalo reads `next` only from lanes < kQ.
     auto g_of = [&](int j, float (&g)[N]) {
       if (j == V && !first_walked) {
 #pragma unroll
