@@ -7,34 +7,42 @@
 # on each patched build, swapping the modules in (base1, a1, b1, base2,
 # ...: a drift of the machine shows as a difference between rounds, not
 # between the builds). Each run appends `--json $OUT/NAME.json`; the
-# side-by-side table of benchmarks/matrix_compare.py follows. The records'
+# side-by-side table of benchmarks/matrix_compare.py follows. The builds
+# run at once, each patched build in its own copy of the tree and its own
+# build directory (the base in the tree itself). The records'
 # kernel-sources digests name the tree on disk (the base) for every build.
 # Logs in $OUT/NAME.log. (AB_BUILD: another build script, e.g. to try this
-# one.) A patch that touches one kernel file rebuilds only what includes it.
+# one.)
 #   tools/ab_alternate.sh PATCHES "python3 -m benchmarks.conv_matrix --platform gpu ..." [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 IFS=, read -r -a patches <<< "$1"
+for i in "${!patches[@]}"; do patches[$i]=$(realpath "${patches[$i]}"); done
 cmd=$2 rounds=${3:-2}
 pkg=src/jax_causal_conv
 keep=$(mktemp -d)
 trap 'rm -rf "$keep"' EXIT
-build_into() {  # build the tree as it is, keep its modules in $keep/$1
-  bash ${AB_BUILD:-tools/device_build.sh} || return 1
-  mkdir -p "$keep/$1" && cp "$pkg"/_jcc_*.so "$pkg"/_build_info.py "$keep/$1/"
+build_into() {  # build the tree in directory $2, keep its modules in $keep/$1
+  ( cd "$2" && OUT=$OUT/build-$1 JCC_BUILD_DIR=/tmp/jcc-build${3:-} bash ${AB_BUILD:-tools/device_build.sh} ) || return 1
+  mkdir -p "$keep/$1" && cp "$2/$pkg"/_jcc_*.so "$2/$pkg"/_build_info.py "$keep/$1/"
 }
-build_into base || exit 1
 names=(base)
 for patch in "${patches[@]}"; do
-  name=$(basename "$patch" .patch)
-  git apply "$patch" || { echo "$patch does not apply"; exit 1; }
-  build_into "$name"; ok=$?
-  git apply -R "$patch"
-  [ $ok -eq 0 ] || exit 1
-  names+=("$name")
+  names+=("$(basename "$patch" .patch)")
 done
+pids=()
+build_into base . & pids+=($!)
+for i in "${!patches[@]}"; do
+  name=${names[$((i + 1))]} copy=/tmp/ab-tree-${names[$((i + 1))]}
+  rm -rf "$copy" && mkdir -p "$copy" && cp -a cuda csrc src tests tools CMakeLists.txt pyproject.toml "$copy/" &&
+    rm -f "$copy/$pkg"/_jcc_*.so
+  ( cd "$copy" && git apply "${patches[$i]}" ) || { echo "${patches[$i]} does not apply"; exit 1; }
+  build_into "$name" "$copy" "-$name" & pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || { echo "a build failed"; exit 1; }; done
+echo "builds done after $SECONDS s"
 files=()
 for r in $(seq "$rounds"); do
   for v in "${names[@]}"; do
