@@ -15,8 +15,13 @@ namespace {
 // kWalk (spans of more than one chunk, dispatch.cu's ForwardSpanChunks):
 // the warp walks chunks_per_span chunks, its setup paid once; the vector
 // before each later chunk is the last one of the chunk before.
+// (Blocks an SM asked of the compiler, walking: 6, where the 16-bit W 9..16
+// took 116-118 registers unbounded, 4 blocks, and fit 6 blocks' 80 with no
+// spill to W 14 (a few bytes at 15, 16) and measured faster; float32 W
+// 9..16 keeps 4, where 6 was level or slower: docs/performance-log.md,
+// twenty-second session.)
 template <typename T, int kW, bool kWalk>
-__global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 ? 6 : 4)
+__global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 || sizeof(T) == 2 ? 6 : 4)
     FwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
