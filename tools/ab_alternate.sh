@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # A/B of changes on the GPU machine, in one device call, the builds timed
-# alternately: build the tree as it is ("base"), then with each PATCH
-# applied in turn (git apply, reversed afterwards; PATCHES is one patch or
-# several joined by commas, each named by its file's stem), keep each
-# build's modules, then ROUNDS times run the benchmark command on base and
-# on each patched build, swapping the modules in (base1, a1, b1, base2,
-# ...: a drift of the machine shows as a difference between rounds, not
-# between the builds). Each run appends `--json $OUT/NAME.json`; the
-# side-by-side table of benchmarks/matrix_compare.py follows. The builds
-# run at once, each patched build in its own copy of the tree and its own
-# build directory (the base in the tree itself). The records'
-# kernel-sources digests name the tree on disk (the base) for every build.
-# Logs in $OUT/NAME.log. (AB_BUILD: another build script, e.g. to try this
+# alternately: the tree as it is ("base") and, for each PATCH (one patch or
+# several joined by commas, each named by its file's stem), a copy of the
+# tree in /tmp/ab-tree-NAME with the patch applied (git apply), all built
+# at once, each in its own build directory; then ROUNDS times run the
+# benchmark command on base and on each patched build, swapping the
+# modules in (base1, a1, b1, base2, ...: a drift of the machine shows as a
+# difference between rounds, not between the builds). Each run appends
+# `--json $OUT/NAME.json`; the side-by-side table of
+# benchmarks/matrix_compare.py follows. A patched build's modules stay in
+# its copy's src/jax_causal_conv/ (to test them afterwards in the same
+# call). The records' kernel-sources digests name the tree on disk (the
+# base) for every build. Logs in $OUT/NAME.log, build logs in
+# $OUT/build-NAME/. (AB_BUILD: another build script, e.g. to try this
 # one.)
 #   tools/ab_alternate.sh PATCHES "python3 -m benchmarks.conv_matrix --platform gpu ..." [ROUNDS]
 set -uo pipefail
