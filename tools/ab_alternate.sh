@@ -30,16 +30,13 @@ build_into() {  # build the tree in directory $2, keep its modules in $keep/$1
   mkdir -p "$keep/$1" && cp "$2/$pkg"/_jcc_*.so "$2/$pkg"/_build_info.py "$keep/$1/"
 }
 names=(base)
-for patch in "${patches[@]}"; do
-  names+=("$(basename "$patch" .patch)")
-done
 pids=()
 build_into base . & pids+=($!)
-for i in "${!patches[@]}"; do
-  name=${names[$((i + 1))]} copy=/tmp/ab-tree-${names[$((i + 1))]}
+for patch in "${patches[@]}"; do
+  name=$(basename "$patch" .patch) && names+=("$name") && copy=/tmp/ab-tree-$name
   rm -rf "$copy" && mkdir -p "$copy" && cp -a cuda csrc src tests tools CMakeLists.txt pyproject.toml "$copy/" &&
     rm -f "$copy/$pkg"/_jcc_*.so
-  ( cd "$copy" && git apply "${patches[$i]}" ) || { echo "${patches[$i]} does not apply"; exit 1; }
+  ( cd "$copy" && git apply "$patch" ) || { echo "$patch does not apply"; exit 1; }
   build_into "$name" "$copy" "-$name" & pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid" || { echo "a build failed"; exit 1; }; done
