@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
   using Masks = typename Sh::Masks;
   using Word = typename Masks::Word;
   __shared__ Sh sh;
-  uint32_t tap_plain, dx_plain;
+  uint32_t tap_plain, dx_plain, after_taps;
   float tap_share[IdTaps<kW>::kPerLane];
   if constexpr (IdTapsEarly<T>(kW)) LoadIdTaps<kW>(a, b, pl.d0, lane, tap_share);
   {
@@ -209,6 +209,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
 #pragma unroll
     for (int j = 0; j < V; ++j) sh.dx[warp][j][lane] = m.dx[j];
     tap_plain = m.tap_plain, dx_plain = m.dx_plain;
+    after_taps = AfterStepTaps(m, lane);
   }
   const Word(&my_tap)[Masks::kG][32] = sh.tap[warp];
   const Word(&my_dx)[V][32] = sh.dx[warp];
@@ -223,20 +224,47 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
     const int64_t d = pl.d0 + ch;
     if (d >= a.dim) break;  // (warp-uniform)
     T* dxrow = static_cast<T*>(a.dx) + a.io_layout().At(b, d, 0);
+    __syncwarp();  // (the channel before read this buffer across lanes: g_after)
     if (ch + 1 < kIdChannels && d + 1 < a.dim) {
       stage(ch + 1);
       CpAsyncWait<1>();
     } else {
       CpAsyncWait<0>();
     }
+    __syncwarp();  // (every lane's copies landed: g_after reads across lanes)
     const BackwardStage<T>& st = stages[ch & 1];
     float w[kW];
     const float bias = IdChannelTaps(my_taps, ch, w);
     float sums[kW + 1] = {};  // partial dweight and dbias (index kW)
 
-    // g of vector j (j == V: the vector after the chunk, lanes < kQ) and for
-    // j < V its share of dweight/dbias. Every lane calls it.
+    // g of the vector after the chunk (lanes < kQ; only its first kH steps
+    // are read): lane l < kH works out step c_end + l alone, from the staged
+    // steps around the chunk's end, and lanes < kQ gather their N. One
+    // output a lane, where the vector's own pass would take N on every lane.
+    auto g_after = [&](float (&g)[N]) {
+      float one = 0.f;
+      if (lane < kH && c0 + S::kChunk + lane < L && ((after_taps >> kW) & 1)) {
+        float acc = bias;
+        if ((tap_plain >> V) & 1) {  // (TapSum's order)
+#pragma unroll
+          for (int k = 0; k < kW; ++k) acc = fmaf(w[k], StagedXAt(st, lane - kH + k), acc);
+        } else {  // (MaskedTapSum's)
+          acc = fmaf(w[kH], StagedXAt(st, lane), acc);
+#pragma unroll
+          for (int k = 0; k < kH; ++k)
+            acc = (after_taps >> k) & 1 ? fmaf(w[k], StagedXAt(st, lane - kH + k), acc) : acc;
+        }
+        const float dy = StagedDyAfter(st, lane);
+        one = silu ? ActGrad(acc, dy, true) : dy;
+      }
+#pragma unroll
+      for (int n = 0; n < N; ++n) g[n] = __shfl_sync(kFullMask, one, (lane * N + n) & 31);
+    };
+
+    // g of vector j (j == V: g_after) and for j < V its share of
+    // dweight/dbias. Every lane calls it.
     auto g_of = [&](int j, float (&g)[N]) {
+      if (j == V) return g_after(g);
       float cur[N], h[kHs], dyv[N];
       UnpackWithHalo<T, N, kH, kWords>(StagedX<T, kQ>(st, lane, j + 1), StagedX<T, kQ>(st, lane, j), lane, cur,
                                        h);

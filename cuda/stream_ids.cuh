@@ -13,6 +13,7 @@
 // are read once too, into the warp's shared memory (IdTaps).
 #pragma once
 
+#include <cstddef>
 #include <type_traits>
 
 #include "cp_async.cuh"
@@ -67,13 +68,29 @@ __device__ __forceinline__ void StageForwardChunk(const ConvArgs& a, const T* xr
 // after it of lane i < kQ in x_after[i] and dy_after[i] (slots for those
 // lanes only, where whole rows of slots had measured slower at 16-bit W
 // 5..8: docs/performance-log.md, 2026-11-27, eleventh session). Each lane
-// writes and reads only its own slots (no barrier).
+// writes and reads only its own slots (no barrier), except the steps
+// around the chunk's end, which StagedXAt and StagedDyAfter read across
+// lanes (after CpAsyncWait, whose copies each lane waited for itself:
+// the caller's __syncwarp orders them). x_after follows x, so that the
+// steps around the chunk's end lie in a row.
 template <typename T>
 struct BackwardStage {
   static constexpr int V = Stream<T>::kVecs;
   static constexpr int kQMax = (15 + Stream<T>::kN - 1) / Stream<T>::kN;  // the most lanes a halo reaches (W 16)
-  uint4 x[V][32], dy[V][32], x_before[kQMax], x_after[kQMax], dy_after[kQMax];
+  uint4 x[V][32], x_after[kQMax], dy[V][32], dy_after[kQMax], x_before[kQMax];
 };
+
+// Element i of x from the chunk's end (step c0 + kChunk + i; i from
+// -kChunk to kQ N - 1), and of dy (i from 0 to kQ N - 1), as float.
+template <typename T>
+__device__ __forceinline__ float StagedXAt(const BackwardStage<T>& s, int i) {
+  static_assert(offsetof(BackwardStage<T>, x_after) == sizeof(BackwardStage<T>::x), "x_after follows x");
+  return ToF(reinterpret_cast<const T*>(&s)[Stream<T>::kChunk + i]);
+}
+template <typename T>
+__device__ __forceinline__ float StagedDyAfter(const BackwardStage<T>& s, int i) {
+  return ToF(reinterpret_cast<const T*>(s.dy_after)[i]);
+}
 
 // Issues (and commits as one group) the copies of channel row xrow / dyrow's
 // chunk at c0 into s; a vector before step 0 (initial states or zeros) is
@@ -250,6 +267,29 @@ __device__ __forceinline__ void SetBit(unsigned long long& m, int p, bool v) { m
 template <int K>
 __device__ __forceinline__ void SetBit(MaskWords<K>& m, int p, bool v) { m.w[p >> 5] |= uint32_t(v) << (p & 31); }
 
+// Bit p of a word for a p known only at run time (no indexing of a
+// register array by it), and a word from another lane.
+__device__ __forceinline__ bool BitAt(uint32_t m, int p) { return (m >> p) & 1; }
+__device__ __forceinline__ bool BitAt(unsigned long long m, int p) { return (m >> p) & 1; }
+template <int K>
+__device__ __forceinline__ bool BitAt(const MaskWords<K>& m, int p) {
+  uint32_t v = 0;
+#pragma unroll
+  for (int i = 0; i < K; ++i) v = (p >> 5) == i ? m.w[i] : v;
+  return (v >> (p & 31)) & 1;
+}
+__device__ __forceinline__ uint32_t ShflWord(uint32_t m, int src) { return __shfl_sync(kFullMask, m, src); }
+__device__ __forceinline__ unsigned long long ShflWord(unsigned long long m, int src) {
+  return __shfl_sync(kFullMask, m, src);
+}
+template <int K>
+__device__ __forceinline__ MaskWords<K> ShflWord(const MaskWords<K>& m, int src) {
+  MaskWords<K> r;
+#pragma unroll
+  for (int i = 0; i < K; ++i) r.w[i] = __shfl_sync(kFullMask, m.w[i], src);
+  return r;
+}
+
 // Keeps a word in registers as one value: without it the compiler keeps
 // every bit's compare live until its use instead.
 __device__ __forceinline__ void Opaque(uint32_t& v) { asm volatile("" : "+r"(v)); }
@@ -363,6 +403,22 @@ __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int
       for (int n = 0; n < N; ++n) prev[n] = cur[n], cur[n] = next[n];
     }
   }
+}
+
+// The taps of step c_end + lane (lane < kH; c_end: the chunk's end, the
+// output n = lane % N of the vector after the chunk, lane / N's tap word):
+// bit k when its tap k counts (the middle one always, as MaskedTapSum),
+// bit kH + 1 when it is not padding. Every lane calls it (shuffles).
+template <int N, int kH, int V, bool kDx>
+__device__ __forceinline__ uint32_t AfterStepTaps(const ChunkMasks<N, kH, V, kDx>& m, int lane) {
+  static_assert(kDx, "the backward's words: the vector after the chunk has one");
+  if ((m.tap_plain >> V) & 1) return (2u << (kH + 1)) - 1;  // (warp-uniform)
+  const auto word = ShflWord(m.tap[V], (lane / N) & 31);
+  const int n = lane % N;
+  uint32_t bits = 1u << kH;
+#pragma unroll
+  for (int k = 0; k < kH; ++k) bits |= uint32_t(BitAt(word, n * kH + k)) << k;
+  return bits | uint32_t(BitAt(word, N * kH + n)) << (kH + 1);
 }
 
 // Output n's pre-activation over the window win (win[n + k]: the input its
