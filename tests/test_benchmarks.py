@@ -459,3 +459,27 @@ def test_sources_digest_names_the_kernel_sources(tmp_path):
     assert d1 != d0
     (tmp_path / "cuda" / "a.cu").rename(tmp_path / "cuda" / "a2.cu")
     assert report.sources_digest(str(tmp_path)) != d1
+
+
+def test_ncu_source_lines_sums_each_source_line(tmp_path, capsys):
+    """The Nsight Compute source page's CSV (cuda,sass view): a file's
+    header rows, then each source line's row (its totals) followed by its
+    SASS rows, which must not be counted again; a row of inline asm whose
+    quotes split it is skipped."""
+    from benchmarks.probes import ncu_source_lines as nsl
+    head = '"Line No","Source","Address","Source","Warp Stall Sampling (All Samples)","x","y","Instructions Executed"\n'
+    csv_text = ('"File Path","/w/cuda/a.cu"\n"Function Name","K"\n' + head +
+                '"10","acc += w * x;","-","-","30","0","0","600"\n'
+                '"","","0x1","FFMA R1, R2, R3, R1","30","0","0","600"\n'
+                '"File Path","/w/cuda/b.cuh"\n"Function Name","K"\n' + head +
+                '"7","return Bit(m, p);","-","-","10","0","0","200"\n'
+                '"","","0x2","LOP3.LUT P0","10","0","0","200"\n'
+                '"9","asm volatile(st.global [%0]"," {%1}","-","x","0","0","5"\n')
+    path = tmp_path / "k.csv"
+    path.write_text(csv_text)
+    assert nsl.lines(str(path)) == {("a.cu", 10): (600, 30, "acc += w * x;"),
+                                    ("b.cuh", 7): (200, 10, "return Bit(m, p);")}
+    assert nsl.main([str(path), "5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "800 warp instructions" in out[0]
+    assert out[1].startswith("a.cu") and "75.0% ins" in out[1]
