@@ -408,8 +408,8 @@ __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int
 // The taps of step c_end + lane (lane < kH; c_end: the chunk's end, the
 // output n = lane % N of the vector after the chunk, lane / N's tap word):
 // bit k when its tap k counts (tap kH, on its own step, always: as
-// MaskedTapSum),
-// bit kH + 1 when it is not padding. Every lane calls it (shuffles).
+// MaskedTapSum), bit kH + 1 when it is not padding. Every lane calls it
+// (shuffles).
 template <int N, int kH, int V, bool kDx>
 __device__ __forceinline__ uint32_t AfterStepTaps(const ChunkMasks<N, kH, V, kDx>& m, int lane) {
   static_assert(kDx, "the backward's words: the vector after the chunk has one");
