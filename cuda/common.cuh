@@ -181,14 +181,29 @@ __device__ __forceinline__ void StoreAnyF(void* base, DType t, int64_t i, float 
 }
 
 // --- the launchers' one dtype switch ----------------------------------------
+// A development build (CMake's JCC_DEV_DTYPES, for a device call that times
+// one dtype: tools/device_build.sh) compiles the kernels of the dtypes in
+// JCC_DEV_DTYPE_MASK only (1 float32, 2 float16, 4 bfloat16); the others
+// answer `otherwise`. Every build for users has all three.
+#ifndef JCC_DEV_DTYPE_MASK
+#define JCC_DEV_DTYPE_MASK 7
+#endif
+constexpr int kBuiltTypes = JCC_DEV_DTYPE_MASK;
+
 // f(T()) with T the float type of dtype t (float32, float16, bfloat16), or
 // `otherwise` for any other dtype (float64 is CPU-only).
 template <typename R, typename F>
 R WithFloatType(DType t, R otherwise, F&& f) {
   switch (t) {
-    case DType::kF32: return f(float());
-    case DType::kF16: return f(__half());
-    case DType::kBF16: return f(__nv_bfloat16());
+    case DType::kF32:
+      if constexpr (kBuiltTypes & 1) return f(float());
+      return otherwise;
+    case DType::kF16:
+      if constexpr (kBuiltTypes & 2) return f(__half());
+      return otherwise;
+    case DType::kBF16:
+      if constexpr (kBuiltTypes & 4) return f(__nv_bfloat16());
+      return otherwise;
     default: return otherwise;
   }
 }
@@ -197,8 +212,12 @@ R WithFloatType(DType t, R otherwise, F&& f) {
 template <typename R, typename F>
 R With16BitType(DType t, R otherwise, F&& f) {
   switch (t) {
-    case DType::kBF16: return f(__nv_bfloat16());
-    case DType::kF16: return f(__half());
+    case DType::kBF16:
+      if constexpr (kBuiltTypes & 4) return f(__nv_bfloat16());
+      return otherwise;
+    case DType::kF16:
+      if constexpr (kBuiltTypes & 2) return f(__half());
+      return otherwise;
     default: return otherwise;
   }
 }

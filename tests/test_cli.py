@@ -129,6 +129,11 @@ def test_gpu_status_with_a_gpu(no_gpu_here):
     assert st.gpus == ["NVIDIA H100 80GB HBM3 (sm_90)"] and st.kernels_loaded
     assert st.kernels_detail == "loaded (built with CUDA 13.0.88 for 80;90-real;100-real;120-real)"
     assert gpu_status.gpu_problem(st) is None
+    dev = _fake_build("built", "13.0.88", "90")
+    dev.CUDA_DEV_DTYPES = "bf16"  # (tools/device_build.sh with JCC_DEV_DTYPES=bf16)
+    _with_gpu(mp, build=dev)
+    assert gpu_status.diagnose().kernels_detail == ("loaded (built with CUDA 13.0.88 for 90; a development "
+                                                    "build: the bf16 kernels only)")
     _with_gpu(mp, loaded=False, build=_fake_build("nvcc-not-found"))
     p = gpu_status.gpu_problem()
     assert p.startswith("JAX sees NVIDIA H100 80GB HBM3 (sm_90), but our CUDA kernels are not "

@@ -74,7 +74,10 @@ def _kernels(build):
     if targets._jcc_cuda is not None:
         how = ""
         if build is not None and build.CUDA_VERSION:
-            how = f" (built with CUDA {build.CUDA_VERSION} for {build.CUDA_ARCHITECTURES})"
+            how = f" (built with CUDA {build.CUDA_VERSION} for {build.CUDA_ARCHITECTURES}"
+            if getattr(build, "CUDA_DEV_DTYPES", ""):  # (tools/device_build.sh's JCC_DEV_DTYPES)
+                how += f"; a development build: the {build.CUDA_DEV_DTYPES} kernels only"
+            how += ")"
         return True, "loaded" + how
     reinstall = "pip install --force-reinstall --no-deps ."
     state = getattr(build, "CUDA_BUILD", None)
