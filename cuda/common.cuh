@@ -190,20 +190,21 @@ __device__ __forceinline__ void StoreAnyF(void* base, DType t, int64_t i, float 
 #endif
 constexpr int kBuiltTypes = JCC_DEV_DTYPE_MASK;
 
+// f(T()) when the build has T (kBit of kBuiltTypes), else `otherwise`.
+template <int kBit, typename T, typename R, typename F>
+R IfTypeBuilt(R otherwise, F&& f) {
+  if constexpr ((kBuiltTypes & kBit) != 0) return f(T());
+  else return otherwise;
+}
+
 // f(T()) with T the float type of dtype t (float32, float16, bfloat16), or
 // `otherwise` for any other dtype (float64 is CPU-only).
 template <typename R, typename F>
 R WithFloatType(DType t, R otherwise, F&& f) {
   switch (t) {
-    case DType::kF32:
-      if constexpr (kBuiltTypes & 1) return f(float());
-      return otherwise;
-    case DType::kF16:
-      if constexpr (kBuiltTypes & 2) return f(__half());
-      return otherwise;
-    case DType::kBF16:
-      if constexpr (kBuiltTypes & 4) return f(__nv_bfloat16());
-      return otherwise;
+    case DType::kF32: return IfTypeBuilt<1, float>(otherwise, f);
+    case DType::kF16: return IfTypeBuilt<2, __half>(otherwise, f);
+    case DType::kBF16: return IfTypeBuilt<4, __nv_bfloat16>(otherwise, f);
     default: return otherwise;
   }
 }
@@ -212,12 +213,8 @@ R WithFloatType(DType t, R otherwise, F&& f) {
 template <typename R, typename F>
 R With16BitType(DType t, R otherwise, F&& f) {
   switch (t) {
-    case DType::kBF16:
-      if constexpr (kBuiltTypes & 4) return f(__nv_bfloat16());
-      return otherwise;
-    case DType::kF16:
-      if constexpr (kBuiltTypes & 2) return f(__half());
-      return otherwise;
+    case DType::kBF16: return IfTypeBuilt<4, __nv_bfloat16>(otherwise, f);
+    case DType::kF16: return IfTypeBuilt<2, __half>(otherwise, f);
     default: return otherwise;
   }
 }
