@@ -158,7 +158,7 @@ struct BwdIdsShared {
 // channel before it runs.
 // (Blocks an SM asked of the compiler: 4. Unbounded it takes all 255
 // registers at some widths, for 2 blocks. With the staged vectors read as
-// the walk needs them (StagedX, StagedDy), 4 blocks' 128 registers leave no
+// the walk needs them (StagedX, st.dy), 4 blocks' 128 registers leave no
 // spill at 16 bits, at most 12 bytes at float32 W 12..14; 16-bit W 9..16
 // use 48-54 KB of shared memory a block (past 48 KiB from W 12, raised by
 // LaunchWithSmem). 5 blocks measured slower at W <= 4 in the eleventh
@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
       float cur[N], h[kHs], dyv[N];
       UnpackWithHalo<T, N, kH, kWords>(StagedX<T, kQ>(st, lane, j + 1), StagedX<T, kQ>(st, lane, j), lane, cur,
                                        h);
-      Unpack<T, N, kWords>(StagedDy<T, kQ>(st, lane, j), dyv);
+      Unpack<T, N, kWords>(st.dy[j][lane], dyv);
       const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
 #pragma unroll
       for (int n = 0; n < N; ++n) g[n] = 0.f;

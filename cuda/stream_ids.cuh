@@ -124,29 +124,20 @@ __device__ __forceinline__ void StageBackwardChunk(const ConvArgs& a, const T* x
   CpAsyncCommit();
 }
 
-// LoadBackwardChunk's vectors read from the staged slots (their copies
-// waited for) one at a time, where the walk needs them: x vector i - 1 of
-// the chunk (i = 0: the vector before it, lanes >= 32 - kQ; i = V + 1: the
-// one after it, lanes < kQ) and dy vector j (j = V: the one after it);
-// zeros where a lane has no slot. Read as needed, the chunk's vectors are
-// not all held in registers at once.
+// LoadBackwardChunk's x vectors of the chunk read from the staged slots
+// (their copies waited for) one at a time, where the walk needs them: x
+// vector i - 1 for i = 1 .. V, and for i = 0 the vector before the chunk
+// (lanes >= 32 - kQ; zeros on the others). Read as needed (as are the dy
+// vectors, s.dy[j][lane]), the chunk's vectors are not all held in
+// registers at once. (The steps after the chunk are read one a lane:
+// StagedXAt, StagedDyAfter.)
 template <typename T, int kQ>
 __device__ __forceinline__ uint4 StagedX(const BackwardStage<T>& s, int lane, int i) {
-  constexpr int V = Stream<T>::kVecs;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
   if (i == 0) {
     const bool before = kQ > 0 && lane >= 32 - kQ;
-    return before ? s.x_before[before ? lane - (32 - kQ) : 0] : zero;  // (index clamped: no read)
+    return before ? s.x_before[before ? lane - (32 - kQ) : 0] : make_uint4(0, 0, 0, 0);  // (index clamped: no read)
   }
-  if (i == V + 1) return lane < kQ ? s.x_after[lane < kQ ? lane : 0] : zero;
   return s.x[i - 1][lane];
-}
-
-template <typename T, int kQ>
-__device__ __forceinline__ uint4 StagedDy(const BackwardStage<T>& s, int lane, int j) {
-  constexpr int V = Stream<T>::kVecs;
-  if (j == V) return lane < kQ ? s.dy_after[lane < kQ ? lane : 0] : make_uint4(0, 0, 0, 0);
-  return s.dy[j][lane];
 }
 
 // Where a warp of these kernels works: batch row b, channels d0 ..
@@ -267,10 +258,14 @@ __device__ __forceinline__ void SetBit(unsigned long long& m, int p, bool v) { m
 template <int K>
 __device__ __forceinline__ void SetBit(MaskWords<K>& m, int p, bool v) { m.w[p >> 5] |= uint32_t(v) << (p & 31); }
 
-// Bit p of a word for a p known only at run time (no indexing of a
-// register array by it), and a word from another lane.
-__device__ __forceinline__ bool BitAt(uint32_t m, int p) { return (m >> p) & 1; }
-__device__ __forceinline__ bool BitAt(unsigned long long m, int p) { return (m >> p) & 1; }
+// Bit p of a word for a p known only at run time: Bit for one-register
+// words; MaskWords' word chosen by selects, not by indexing the register
+// array with it. (Bit itself keeps the indexing, which compiles the masked
+// steps' constant p differently at 16-bit W 16.)
+template <typename Word>
+__device__ __forceinline__ bool BitAt(Word m, int p) {
+  return Bit(m, p);
+}
 template <int K>
 __device__ __forceinline__ bool BitAt(const MaskWords<K>& m, int p) {
   uint32_t v = 0;
@@ -278,6 +273,8 @@ __device__ __forceinline__ bool BitAt(const MaskWords<K>& m, int p) {
   for (int i = 0; i < K; ++i) v = (p >> 5) == i ? m.w[i] : v;
   return (v >> (p & 31)) & 1;
 }
+
+// A mask word from another lane.
 __device__ __forceinline__ uint32_t ShflWord(uint32_t m, int src) { return __shfl_sync(kFullMask, m, src); }
 __device__ __forceinline__ unsigned long long ShflWord(unsigned long long m, int src) {
   return __shfl_sync(kFullMask, m, src);
