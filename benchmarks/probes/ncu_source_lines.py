@@ -20,18 +20,19 @@ import sys
 def lines(path):
     """{(file, line): (instructions executed, stall samples, source)}."""
     rows, file = {}, None
-    for r in csv.reader(open(path, newline="")):
-        if not r:
-            continue
-        if r[0] == "File Path":
-            file = r[1].rsplit("/", 1)[-1]
-        elif r[0].isdigit() and len(r) > 7:  # a source line's row (its SASS rows have no line number)
-            try:
-                stalls = int(r[4]) if r[4] != "-" else 0
-                executed = int(r[7]) if r[7] != "-" else 0
-            except ValueError:  # (a line of inline asm whose quotes split the row)
+    with open(path, newline="") as f:
+        for r in csv.reader(f):
+            if not r:
                 continue
-            rows[(file, int(r[0]))] = (executed, stalls, r[1].strip())
+            if r[0] == "File Path":
+                file = r[1].rsplit("/", 1)[-1]
+            elif r[0].isdigit() and len(r) > 7:  # a source line's row (its SASS rows have no line number)
+                try:
+                    stalls = int(r[4]) if r[4] != "-" else 0
+                    executed = int(r[7]) if r[7] != "-" else 0
+                except ValueError:  # (a line of inline asm whose quotes split the row)
+                    continue
+                rows[(file, int(r[0]))] = (executed, stalls, r[1].strip())
     return rows
 
 
