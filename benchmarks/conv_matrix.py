@@ -100,8 +100,11 @@ def check_hlo(impl, pas, census, n):
 
 
 def conv_fn(impl, cell):
-    """f(x, w, b, seq_idx, init) -> y, or (y, final_states) in the states mode."""
-    backend = "ffi" if impl == "ours" else "xla"
+    """f(x, w, b, seq_idx, init) -> y, or (y, final_states) in the states mode.
+    impl "ours" forces the kernel, "xla" the shifted sum; "auto" routes as a
+    user's call does (not timed; the tests check matrix_render.auto_route
+    against it)."""
+    backend = {"ours": "ffi", "xla": "xla", "auto": "auto"}[impl]
 
     def f(x, w, b, seq, init):
         return jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=seq, initial_states=init,

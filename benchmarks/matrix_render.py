@@ -39,6 +39,35 @@ def slower_than_xla(rec):
     return out
 
 
+def auto_route(cell, pas, platform):
+    """What ``backend="auto"`` runs for this cell's pass on the platform:
+    "XLA", "kernel", or for a training step that splits, which half takes
+    which (the routing rules of jax_causal_conv/_lowering/routing.py, read
+    with the cell's shapes; the matrix itself times backend="ffi")."""
+    from jax_causal_conv._lowering import routing
+    from jax_causal_conv._lowering.config import ROWS, SEQ_IDX, ConvConfig
+
+    states = cell.mode == "states"
+
+    def kernel(backward, differentiated):
+        cfg = ConvConfig(activation="silu", mode=SEQ_IDX if cell.mode == "seq_idx" else ROWS,
+                         channels_last=cell.layout == "cl", states_channels_last=cell.layout == "cl",
+                         want_final=states, backend="auto", differentiated=differentiated)
+        if platform == "gpu":
+            return routing.gpu_kernel_wins(cfg, cell.W, cell.L, cell.itemsize, cell.B, cell.D,
+                                           backward, states)
+        return routing.cpu_kernel_wins(cfg, cell.W, states, cell.dtype, backward,
+                                       cell.B * cell.D * cell.L)
+
+    name = {True: "kernel", False: "XLA"}
+    if pas == "fwd":
+        return name[kernel(False, False)]
+    if pas == "bwd":
+        return name[kernel(True, True)]
+    f, b = kernel(False, True), kernel(True, True)
+    return name[f] if f == b else f"{name[f]} forward, {name[b]} backward"
+
+
 def target_misses(records):
     """[(cell, text)] for every cell missing one of issue 17's GPU targets."""
     out = []
@@ -165,7 +194,8 @@ def render_group(recs, plot_link=None):
                f"time): {len(slow) or 'none'}.")
     for c, pas, s in sorted(slow, key=lambda t: (t[0], t[1])):
         how = ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x" for m, v in s.items())
-        out.append(f"- {c.label()}: {pas} ({how} XLA's time)")
+        out.append(f"- {c.label()}: {pas} ({how} XLA's time); backend=\"auto\" runs "
+                   f"{auto_route(c, pas, meta['platform'])} here")
     errs = [(cell_of(r), k, e) for r in recs for k, e in sorted(r.get("errors", {}).items())]
     if errs:
         out += ["", f"Programs that failed (no time; '—' in the tables): {len(errs)}."]

@@ -122,6 +122,40 @@ def test_programs_call_the_kernels_they_time(mode, layout):
             cm.check_hlo(impl, pas, cm.hlo_census(text), n)
 
 
+@pytest.mark.parametrize("cell", [
+    mc.Cell(2, 64, 1024, "float32", "cf", "dense", 1),     # W = 1, float32: XLA, the whole op
+    mc.Cell(2, 64, 1024, "bfloat16", "cf", "seq_idx", 2),  # small at W = 2: XLA, the whole op
+    mc.Cell(4, 256, 4096, "bfloat16", "cf", "dense", 2),   # XLA for a forward alone only
+    mc.Cell(2, 8, 64, "float32", "cl", "states", 4),       # the kernel
+])
+def test_auto_route_names_what_the_compiled_programs_call(cell):
+    """The routing that the rendered matrix reports for backend="auto"
+    (matrix_render.auto_route) is what a program with backend="auto"
+    compiles to on this platform (the CPU; the GPU's rules below)."""
+    routes = set()
+    for pas in mc.PASSES:
+        args, n = _args(cell, pas)
+        census = cm.hlo_census(cm.program(cm.pass_fn("auto", cell, pas), n).lower(*args).compile().as_text())
+        route = mr.auto_route(cell, pas, "cpu")
+        routes.add(route)
+        halves = route.replace(" forward", "").replace(" backward", "").split(", ")
+        fwd_half, bwd_half = (halves * 2)[:2]
+        want = {"fwd": (n * (route == "kernel"), 0), "bwd": (0, n * (route == "kernel")),
+                "step": (n * (fwd_half == "kernel"), n * (bwd_half == "kernel"))}[pas]
+        assert (census["forward"], census["backward"]) == want, (cell, pas, route)
+    assert routes <= {"kernel", "XLA"}
+
+
+def test_auto_route_reads_the_gpu_rules():
+    dense4 = mc.Cell(1, 8192, 2048, "bfloat16", "cf", "dense", 4)
+    assert [mr.auto_route(dense4, p, "gpu") for p in mc.PASSES] == ["XLA", "kernel", "kernel"]
+    w1 = mc.Cell(8, 4096, 4096, "bfloat16", "cl", "states", 1)
+    assert {mr.auto_route(w1, p, "gpu") for p in mc.PASSES} == {"XLA"}
+    ids = mc.Cell(8, 4096, 4096, "float32", "cf", "seq_idx", 2)  # float32 W 2 seq_idx: XLA's forward alone
+    assert [mr.auto_route(ids, p, "gpu") for p in mc.PASSES] == ["XLA", "kernel", "kernel"]
+    assert {mr.auto_route(dataclasses.replace(ids, W=8), p, "gpu") for p in mc.PASSES} == {"kernel"}
+
+
 def test_hlo_check_catches_a_step_that_dropped_the_forward():
     cell = mc.Cell(2, 8, 64, "float32", "cf", "dense", 4)
     args, n = _args(cell, "step")
