@@ -103,6 +103,32 @@ def test_stream_seq_idx_edge_table(W, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [3, 4, 7, 8, 12, 16])
+def test_stream_seq_idx_segment_across_chunk_edge(dtype, W):
+    """A sequence that starts 1 .. W - 2 steps before a warp chunk's end
+    (1024 steps in 16 bits, 512 in float32) and runs past it: the first
+    steps after the chunk read it with some taps masked, and their g
+    reaches the dx of its steps inside the chunk (the shared-ids
+    backward's g after the chunk, masked; random ids rarely put a boundary
+    there). One row per start, at both chunk edges of the row; a row whose
+    sequence follows padding."""
+    edge = 512 if dtype == "float32" else 1024
+    L = 2 * edge + 40
+    starts = list(range(1, W - 1))
+    ids = np.zeros((len(starts) + 1, L), np.int32)
+    for r, s in enumerate(starts):
+        ids[r, edge - s:] = 1
+        ids[r, 2 * edge - s:] = 2
+    ids[-1, edge - 2 * W: edge - 2] = -1
+    ids[-1, edge - 2:] = 1
+    rng = np.random.default_rng(W + 101)
+    x, w, b, init = inputs(rng, ids.shape[0], 20, L, W, dtype, False)
+    f = lambda x, w, b, h: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=jnp.asarray(ids),
+                                             initial_states=h, backend="ffi")
+    check(grads(f, (0, 1, 2, 3)), (x, w, b, init), dtype, "seq_idx across the chunk edge")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [2, 5, 8, 10, 14, 16])
 @pytest.mark.parametrize("cl", [False, True])
 def test_stream_seq_idx_nonfinite_other_sequence(dtype, W, cl):
