@@ -68,9 +68,18 @@ def auto_route(cell, pas, platform):
     return name[f] if f == b else f"{name[f]} forward, {name[b]} backward"
 
 
-def target_misses(records):
-    """[(cell, text)] for every cell missing one of issue 17's GPU targets."""
-    out = []
+# The targets, in the order of the summary table.
+TARGETS = {
+    "xla": "fwd and step no slower than the XLA shifted sum",
+    "fwd": "fwd at its floor fraction (90% W <= 16, 75% to 64, 50% above)",
+    "step": f"step <= {STEP_FLOOR_MAX:.2f}x its floor (W <= {STEP_FLOOR_WIDTH})",
+    "seq": f"seq_idx fwd and step <= {SEQ_IDX_OVER_DENSE:.2f}x dense's time",
+}
+
+
+def target_checks(records):
+    """(cell, target, missed, text) for every target that applies to a cell
+    (TARGETS' keys; text says by how much where missed)."""
     dense = {}
     for r in records:
         c = cell_of(r)
@@ -78,31 +87,80 @@ def target_misses(records):
             dense[(c.B, c.D, c.L, c.dtype, c.layout, c.W)] = r
     for r in records:
         c, ours = cell_of(r), r["times"].get("ours", {})
-        for pas, slow in slower_than_xla(r):
-            if pas in ("fwd", "step"):
-                how = ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x"
-                                for m, v in slow.items())
-                out.append((c, f"{pas} slower than the XLA shifted sum ({how} its time)"))
+        slow = dict(slower_than_xla(r))
+        if any(p in ours for p in ("fwd", "step")):
+            texts = [f"{pas} slower than the XLA shifted sum ("
+                     + ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x"
+                                 for m, v in slow[pas].items()) + " its time)"
+                     for pas in ("fwd", "step") if pas in slow]
+            yield c, "xla", bool(texts), "; ".join(texts)
         if c.mode not in ("dense", "seq_idx"):
             continue
         if "fwd" in ours:
             frac = floor_us(r, "fwd")[0] / primary(ours["fwd"])[0]
             want = fwd_floor_target(c.W)
-            if frac < want:
-                out.append((c, f"fwd at {frac:.0%} of its floor (target >= {want:.0%})"))
+            yield c, "fwd", frac < want, f"fwd at {frac:.0%} of its floor (target >= {want:.0%})"
         if "step" in ours and c.W <= STEP_FLOOR_WIDTH:
             ratio = primary(ours["step"])[0] / floor_us(r, "step")[0]
-            if ratio > STEP_FLOOR_MAX:
-                out.append((c, f"step at {ratio:.2f}x its floor (target <= {STEP_FLOOR_MAX:.2f}x)"))
+            yield (c, "step", ratio > STEP_FLOOR_MAX,
+                   f"step at {ratio:.2f}x its floor (target <= {STEP_FLOOR_MAX:.2f}x)")
         d = dense.get((c.B, c.D, c.L, c.dtype, c.layout, c.W))
         if c.mode == "seq_idx" and d is not None:
+            texts, checked = [], False
             for pas in ("fwd", "step"):
                 if pas in ours and pas in d["times"].get("ours", {}):
+                    checked = True
                     ratio = primary(ours[pas])[0] / primary(d["times"]["ours"][pas])[0]
                     if ratio > SEQ_IDX_OVER_DENSE:
-                        out.append((c, f"seq_idx {pas} {ratio:.2f}x dense's time "
-                                       f"(target <= {SEQ_IDX_OVER_DENSE:.2f}x)"))
+                        texts.append(f"seq_idx {pas} {ratio:.2f}x dense's time "
+                                     f"(target <= {SEQ_IDX_OVER_DENSE:.2f}x)")
+            if checked:
+                yield c, "seq", bool(texts), "; ".join(texts)
+
+
+def target_misses(records):
+    """[(cell, text)] for every cell missing one of issue 17's GPU targets."""
+    out = []
+    for c, _, missed, text in target_checks(records):
+        if missed:
+            out += [(c, t) for t in text.split("; ")]
     return out
+
+
+def _widths(ws):
+    """'1..3, 5, 8' from a set of widths (runs of three or more joined)."""
+    runs = []
+    for w in sorted(ws):
+        if runs and w == runs[-1][-1] + 1:
+            runs[-1].append(w)
+        else:
+            runs.append([w])
+    return ", ".join(f"{r[0]}..{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def target_summary(records):
+    """Markdown table: per target and (layout, mode), the cells that meet it
+    of those it applies to, and where it is missed (W by shape and dtype)."""
+    tally = {}
+    for c, key, missed, _ in target_checks(records):
+        t = tally.setdefault((key, c.layout, c.mode), {"n": 0, "miss": {}})
+        t["n"] += 1
+        if missed:
+            t["miss"].setdefault((c.B, c.D, c.L, c.dtype), set()).add(c.W)
+    rows = []
+    for key, what in TARGETS.items():
+        for layout in mc.LAYOUTS:
+            for mode in mc.MODES:
+                t = tally.get((key, layout, mode))
+                if t is None:
+                    continue
+                nmiss = sum(len(v) for v in t["miss"].values())
+                where = "; ".join(f"W {_widths(ws)} at ({B},{D},{L}) {mc.short_dtype(dt)}"
+                                  for (B, D, L, dt), ws in sorted(t["miss"].items(),
+                                                                  key=lambda kv: (-kv[0][0] * kv[0][1] * kv[0][2],
+                                                                                  kv[0])))
+                rows.append([what, layout, mode, f"{t['n'] - nmiss} of {t['n']}", where or "—"])
+    return md_table(["target", "layout", "mode", "cells meeting it", "missed at"], rows, right=[3])
 
 
 def _time_cell(t, dev):
@@ -201,6 +259,8 @@ def render_group(recs, plot_link=None):
         out += ["", f"Programs that failed (no time; '—' in the tables): {len(errs)}."]
         out += [f"- {c.label()}: {k}: {e}" for c, k, e in sorted(errs, key=lambda t: t[0])]
     if meta["platform"] == "gpu":
+        out += ["", "Issue 17's targets by layout and mode (every shape and dtype measured; "
+                "the list below gives each miss):", ""] + target_summary(recs)
         miss = target_misses(recs)
         out += ["", f"Cells missing issue 17's targets: {len(miss) or 'none'}."]
         out += [f"- {c.label()}: {why}" for c, why in sorted(miss, key=lambda t: t[0])]

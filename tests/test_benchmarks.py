@@ -259,6 +259,22 @@ def test_target_misses():
     assert mr.target_misses([_rec(st, {"fwd": _floor(st, "fwd") * 3}, {"fwd": 1e9})]) == []
 
 
+def test_target_summary_counts_cells_and_names_the_misses():
+    cells = [mc.Cell(8, 4096, 4096, "bfloat16", "cf", "dense", W) for W in (2, 3, 4, 8)]
+    recs = []
+    for c in cells:  # forwards at 95% of the floor but W 3 and 4 (80%)
+        fl = _floor(c, "fwd")
+        recs.append(_rec(c, {"fwd": fl / (0.8 if c.W in (3, 4) else 0.95)}, {"fwd": fl * 3}))
+    rows = [r for r in mr.target_summary(recs) if r.startswith("| fwd at")]
+    assert len(rows) == 1 and "| 2 of 4 |" in rows[0] and "W 3, 4 at (8,4096,4096) bf16" in rows[0]
+    rows = [r for r in mr.target_summary(recs) if r.startswith("| fwd and step no slower")]
+    assert len(rows) == 1 and "| 4 of 4 | — |" in rows[0]
+    assert mr._widths({1, 2, 3, 5, 7, 8, 12, 16}) == "1..3, 5, 7, 8, 12, 16"
+    # the summary and the list agree, cell by cell
+    assert {(c.W, t) for c, t in mr.target_misses(recs)} == {
+        (3, "fwd at 80% of its floor (target >= 90%)"), (4, "fwd at 80% of its floor (target >= 90%)")}
+
+
 def test_render_gpu_and_cpu(tmp_path):
     cells = [mc.Cell(8, 4096, 4096, "bfloat16", lay, "dense", w) for lay in ("cf", "cl")
              for w in (1, 2, 4)]
