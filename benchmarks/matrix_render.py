@@ -78,8 +78,9 @@ TARGETS = {
 
 
 def target_checks(records):
-    """(cell, target, missed, text) for every target that applies to a cell
-    (TARGETS' keys; text says by how much where missed)."""
+    """(cell, target, misses) for every target that applies to a cell
+    (TARGETS' keys; misses: a text for each way the cell misses it, by how
+    much; empty where it meets it)."""
     dense = {}
     for r in records:
         c = cell_of(r)
@@ -93,17 +94,18 @@ def target_checks(records):
                      + ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x"
                                  for m, v in slow[pas].items()) + " its time)"
                      for pas in ("fwd", "step") if pas in slow]
-            yield c, "xla", bool(texts), "; ".join(texts)
+            yield c, "xla", texts
         if c.mode not in ("dense", "seq_idx"):
             continue
         if "fwd" in ours:
             frac = floor_us(r, "fwd")[0] / primary(ours["fwd"])[0]
             want = fwd_floor_target(c.W)
-            yield c, "fwd", frac < want, f"fwd at {frac:.0%} of its floor (target >= {want:.0%})"
+            yield c, "fwd", ([f"fwd at {frac:.0%} of its floor (target >= {want:.0%})"]
+                             if frac < want else [])
         if "step" in ours and c.W <= STEP_FLOOR_WIDTH:
             ratio = primary(ours["step"])[0] / floor_us(r, "step")[0]
-            yield (c, "step", ratio > STEP_FLOOR_MAX,
-                   f"step at {ratio:.2f}x its floor (target <= {STEP_FLOOR_MAX:.2f}x)")
+            yield c, "step", ([f"step at {ratio:.2f}x its floor (target <= {STEP_FLOOR_MAX:.2f}x)"]
+                              if ratio > STEP_FLOOR_MAX else [])
         d = dense.get((c.B, c.D, c.L, c.dtype, c.layout, c.W))
         if c.mode == "seq_idx" and d is not None:
             texts, checked = [], False
@@ -115,16 +117,12 @@ def target_checks(records):
                         texts.append(f"seq_idx {pas} {ratio:.2f}x dense's time "
                                      f"(target <= {SEQ_IDX_OVER_DENSE:.2f}x)")
             if checked:
-                yield c, "seq", bool(texts), "; ".join(texts)
+                yield c, "seq", texts
 
 
 def target_misses(records):
     """[(cell, text)] for every cell missing one of issue 17's GPU targets."""
-    out = []
-    for c, _, missed, text in target_checks(records):
-        if missed:
-            out += [(c, t) for t in text.split("; ")]
-    return out
+    return [(c, text) for c, _, misses in target_checks(records) for text in misses]
 
 
 def _widths(ws):
@@ -142,10 +140,10 @@ def target_summary(records):
     """Markdown table: per target and (layout, mode), the cells that meet it
     of those it applies to, and where it is missed (W by shape and dtype)."""
     tally = {}
-    for c, key, missed, _ in target_checks(records):
+    for c, key, misses in target_checks(records):
         t = tally.setdefault((key, c.layout, c.mode), {"n": 0, "miss": {}})
         t["n"] += 1
-        if missed:
+        if misses:
             t["miss"].setdefault((c.B, c.D, c.L, c.dtype), set()).add(c.W)
     rows = []
     for key, what in TARGETS.items():
