@@ -533,3 +533,25 @@ def test_ncu_source_lines_sums_each_source_line(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert "800 warp instructions" in out[0]
     assert out[1].startswith("a.cu") and "75.0% ins" in out[1]
+
+
+@pytest.mark.parametrize("mode", ["dense", "seq_idx", "states", "seq_idx_states"])
+@pytest.mark.parametrize("W,L", [(1, 40), (4, 300), (17, 10), (17, 300)])
+def test_twin_backward_probe_matches_autodiff(mode, W, L):
+    """The written-out backward of the twin-memory probe equals the
+    reference's autodiff in float64 (every output, states and padding
+    included; L < W - 1 too), and its temporaries stay within a few
+    copies of x (the autodiff's held one a tap: W of them, on jax 0.10.2's
+    CPU backend; docs/performance-log.md, 2026-11-28)."""
+    from benchmarks.probes import twin_backward_memory as tb
+    a = tb.inputs(3, 5, L, W, jnp.float64, mode, seed=W + L)
+    got, want = tb.written_backward(*a), tb.autodiff_backward(*a)
+    assert len(got) == len(want)
+    for g, e in zip(got, want):
+        assert (g is None) == (e is None)
+        if e is not None:
+            np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-12, atol=1e-12)
+    if mode == "seq_idx" and L == 300:
+        big = tb.inputs(1, 64, 2048, W, jnp.float32, mode)
+        temp = tb.compiled(tb.written_backward, big).memory_analysis().temp_size_in_bytes
+        assert temp <= 6 * 64 * 2048 * 4
