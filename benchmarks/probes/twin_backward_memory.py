@@ -38,11 +38,7 @@ def written_backward(x, w, b, seq_idx, init, dy, dfin, silu=True):
     f32 = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
     has_init = init is not None
     hist = init.astype(f32) if has_init else jnp.zeros((B, D, H), f32)
-    # [hist, x] by a select of two padded arrays: XLA keeps slices of a
-    # concatenate as buffers of their own (one a tap), not of a select
-    before = (jnp.arange(L + H) < H)[None, None, :]
-    xp = jnp.where(before, jnp.pad(hist, ((0, 0), (0, 0), (0, L))),
-                   jnp.pad(x.astype(f32), ((0, 0), (0, 0), (H, 0))))
+    xp = jnp.concatenate([hist, x.astype(f32)], axis=-1)
     masks = None if seq_idx is None else reference._seq_masks(seq_idx, L, W, has_init)
 
     def xm(k):
