@@ -17,22 +17,23 @@ T=${TEST_TIMEOUT:-330}
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   ( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 ${TEST_FILES:-tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_seq_idx_stream.py tests/test_gpu_fwd_span.py tests/test_gpu_cl_slice.py} ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
     for part in 0 1 2 3; do
-      timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
-        $part 4 > "$OUT/memcheck$part.log" 2>&1 &
+      ( timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
+        $part 4 > "$OUT/memcheck$part.log" 2>&1; echo "EXIT STATUS $?" >> "$OUT/memcheck$part.log" ) &
       sleep 6  # (compute-sanitizers started together often segfault at start)
     done
     wait )
   # a part whose sanitizer died at start (no PROBE line) runs once more, alone
   for part in 0 1 2 3; do
-    grep -q "PROBE" "$OUT/memcheck$part.log" || timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 \
+    grep -q "PROBE" "$OUT/memcheck$part.log" || { timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 \
       python3 tests/gpu_sanitize_probe.py $part 4 > "$OUT/memcheck$part.log" 2>&1
+      echo "EXIT STATUS $?" >> "$OUT/memcheck$part.log"; }
   done
   echo "tests: $(tail -1 "$OUT/test_gpu.log") after $((SECONDS - t0)) s"
   grep -E "^(FAILED|ERROR)" "$OUT/test_gpu.log" | head -20
   grep -h -B2 -A12 "^_____" "$OUT/test_gpu.log" | grep -E "^E " | head -20
   for part in 0 1 2 3; do
     log="$OUT/memcheck$part.log"
-    echo "memcheck $part: $(grep -m1 -E 'PROBE (OK|FAIL)' "$log") | $(grep -m1 'ERROR SUMMARY' "$log")"
+    echo "memcheck $part: $(grep -m1 -E 'PROBE (OK|FAIL)' "$log") | $(grep -m1 'ERROR SUMMARY' "$log") | $(grep -m1 'EXIT STATUS' "$log") (9: errors; 124: timed out)"
     grep -m3 -E "Invalid|Device Frame|Error:" "$log" | cut -c1-240
   done
 fi
