@@ -1,7 +1,8 @@
 """Probe: the XLA twin's backward (autodiff of reference.causal_conv1d, what
 TPU / ROCm, float64 and backend="xla" run) against a formulation written
 out by hand, for their temporary memory (XLA's memory analysis of the
-compiled program), their time (median wall time of alternating calls)
+compiled program), their time (median wall time of alternating calls; the
+backward alone and a training step: y and the gradients from one program)
 and their agreement (float64).
 
 The autodiff of the shifted sum keeps about one product a tap alive at
@@ -14,7 +15,12 @@ states (not varlen, not the residual):
            (x's positions and the history's as two sums)
     dw_k = sum over b, t of g xm_k   (one tap at a time: lax.map),  db = sum of g
 and the final states' cotangent through the vjp of the final-state slice
-alone. Run on any platform:
+alone. Measured (docs/performance-log.md, 2026-11-28): on the 2-core CPU
+the written form holds 12-16 MiB against 16-516 MiB and runs 1.6-7.2x
+faster; on an H200 at (8, 4096, 4096) bfloat16 the autodiff is the better
+one (its temporaries one float32 copy of x at W 1..64, dense or
+seq_idx; the written form's two, and 1.2-3.7x its time at W >= 4, level
+at W 1), so the twin keeps the autodiff. Run on any platform:
     python3 -m benchmarks.probes.twin_backward_memory [--shape B,D,L] [--widths 4,16,64]
 """
 import argparse
@@ -101,6 +107,15 @@ def autodiff_backward(x, w, b, seq_idx, init, dy, dfin, silu=True):
     return vjp((dy, dfin) if want_final else dy)
 
 
+def step(backward):
+    """A training step on backward: y and the gradients from one program."""
+    def run(x, w, b, seq_idx, init, dy, dfin):
+        y = reference.causal_conv1d(x, w, b, activation="silu", seq_idx=seq_idx, initial_states=init,
+                                    return_final_states=dfin is not None)
+        return y, backward(x, w, b, seq_idx, init, dy, dfin)
+    return run
+
+
 def inputs(B, D, L, W, dtype, mode, seed=0):
     rng = np.random.default_rng(seed)
     x = jnp.asarray(rng.standard_normal((B, D, L)), dtype)
@@ -136,12 +151,14 @@ def main(argv=None):
     print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, (B, D, L) = ({B}, {D}, {L}), "
           f"{args.dtype}, bias + SiLU; temporaries from XLA's memory analysis, "
           f"x = {B * D * L * jnp.dtype(args.dtype).itemsize / 2 ** 20:.1f} MiB")
-    print("| mode | W | autodiff temp MiB | written temp MiB | autodiff ms | written ms | max rel diff (float64) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| mode | W | autodiff temp MiB | written temp MiB | autodiff bwd ms | written bwd ms "
+          "| autodiff step ms | written step ms | max rel diff (float64) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    fns = {"auto": autodiff_backward, "written": written_backward,
+           "auto step": step(autodiff_backward), "written step": step(written_backward)}
     for mode in args.modes.split(","):
         for W in (int(v) for v in args.widths.split(",")):
             a = inputs(B, D, L, W, jnp.dtype(args.dtype), mode)
-            fns = {"auto": autodiff_backward, "written": written_backward}
             progs = {k: compiled(f, a) for k, f in fns.items()}
             temp = {k: c.memory_analysis().temp_size_in_bytes / 2 ** 20 for k, c in progs.items()}
             times = {k: [] for k in progs}
@@ -150,14 +167,15 @@ def main(argv=None):
                     t0 = time.perf_counter()
                     jax.block_until_ready(c(*a))
                     times[k].append(time.perf_counter() - t0)
+            ms = {k: np.median(v) * 1e3 for k, v in times.items()}
             with jax.enable_x64(True):
                 a64 = inputs(4, 8, 300, W, jnp.float64, mode, seed=1)
                 got, want = written_backward(*a64), autodiff_backward(*a64)
                 diff = max(float(jnp.max(jnp.abs(g - e)) / max(1.0, float(jnp.max(jnp.abs(e)))))
-                           for g, e in zip(got, want) if e is not None)
-            print(f"| {mode} | {W} | {temp['auto']:.1f} | {temp['written']:.1f} | "
-                  f"{np.median(times['auto']) * 1e3:.2f} | {np.median(times['written']) * 1e3:.2f} | "
-                  f"{diff:.1e} |")
+                           for g, e in zip(got, want) if e is not None and e.size)
+            print(f"| {mode} | {W} | {temp['auto']:.1f} | {temp['written']:.1f} | {ms['auto']:.2f} | "
+                  f"{ms['written']:.2f} | {ms['auto step']:.2f} | {ms['written step']:.2f} | {diff:.1e} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
