@@ -252,27 +252,20 @@ struct IdMask {
 __device__ __forceinline__ bool Bit(uint32_t m, int p) { return (m >> p) & 1; }
 __device__ __forceinline__ bool Bit(unsigned long long m, int p) { return (m >> p) & 1; }
 template <int K>
-__device__ __forceinline__ bool Bit(const MaskWords<K>& m, int p) { return (m.w[p >> 5] >> (p & 31)) & 1; }
-__device__ __forceinline__ void SetBit(uint32_t& m, int p, bool v) { m |= uint32_t(v) << p; }
-__device__ __forceinline__ void SetBit(unsigned long long& m, int p, bool v) { m |= (unsigned long long)(v) << p; }
-template <int K>
-__device__ __forceinline__ void SetBit(MaskWords<K>& m, int p, bool v) { m.w[p >> 5] |= uint32_t(v) << (p & 31); }
-
-// Bit p of a word for a p known only at run time: Bit for one-register
-// words; MaskWords' word chosen by selects, not by indexing the register
-// array with it. (Bit itself keeps the indexing, which compiles the masked
-// steps' constant p differently at 16-bit W 16.)
-template <typename Word>
-__device__ __forceinline__ bool BitAt(Word m, int p) {
-  return Bit(m, p);
-}
-template <int K>
-__device__ __forceinline__ bool BitAt(const MaskWords<K>& m, int p) {
+__device__ __forceinline__ bool Bit(const MaskWords<K>& m, int p) {
+  // (the word by selects, not by indexing the array with p: the same for a
+  // p known at compile time, and p may be known only at run time
+  // (AfterStepTaps); the indexing compiled the 16-bit W 16 shared-ids
+  // backward's masked steps slower: docs/performance-log.md, 2026-11-28)
   uint32_t v = 0;
 #pragma unroll
   for (int i = 0; i < K; ++i) v = (p >> 5) == i ? m.w[i] : v;
   return (v >> (p & 31)) & 1;
 }
+__device__ __forceinline__ void SetBit(uint32_t& m, int p, bool v) { m |= uint32_t(v) << p; }
+__device__ __forceinline__ void SetBit(unsigned long long& m, int p, bool v) { m |= (unsigned long long)(v) << p; }
+template <int K>
+__device__ __forceinline__ void SetBit(MaskWords<K>& m, int p, bool v) { m.w[p >> 5] |= uint32_t(v) << (p & 31); }
 
 // A mask word from another lane.
 __device__ __forceinline__ uint32_t ShflWord(uint32_t m, int src) { return __shfl_sync(kFullMask, m, src); }
@@ -415,8 +408,8 @@ __device__ __forceinline__ uint32_t AfterStepTaps(const ChunkMasks<N, kH, V, kDx
   const int n = lane % N;
   uint32_t bits = 1u << kH;
 #pragma unroll
-  for (int k = 0; k < kH; ++k) bits |= uint32_t(BitAt(word, n * kH + k)) << k;
-  return bits | uint32_t(BitAt(word, N * kH + n)) << (kH + 1);
+  for (int k = 0; k < kH; ++k) bits |= uint32_t(Bit(word, n * kH + k)) << k;
+  return bits | uint32_t(Bit(word, N * kH + n)) << (kH + 1);
 }
 
 // Output n's pre-activation over the window win (win[n + k]: the input its
