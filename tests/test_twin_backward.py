@@ -43,7 +43,7 @@ def _twin(act, cl, mode, x, w, b, seq, init, dy, dfin):
 
 
 def _autodiff(act, cl, x, w, b, seq, init, dy, dfin):
-    """jax.vjp of the reference, group by group (the twin's old backward)."""
+    """jax.vjp of the reference, one weight group at a time (the twin vmaps it)."""
     G = w.shape[0]
     outs = []
     for g in range(G):
