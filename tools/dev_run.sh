@@ -28,7 +28,12 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
       python3 tests/gpu_sanitize_probe.py $part 4 > "$OUT/memcheck$part.log" 2>&1
       echo "EXIT STATUS $?" >> "$OUT/memcheck$part.log"; }
   done
-  echo "tests: $(tail -1 "$OUT/test_gpu.log") after $((SECONDS - t0)) s"
+  summary=$(tail -1 "$OUT/test_gpu.log")
+  if ! grep -qE "passed|failed|error|no tests" <<< "$summary"; then  # (killed by the timeout: count the progress marks)
+    marks=$(grep -E '^[.FEsx]+( +\[ *[0-9]+%\])?$' "$OUT/test_gpu.log" | sed 's/ *\[.*//' | tr -d '\n')
+    summary="cut by the ${T} s timeout after ${#marks} tests, $(tr -cd 'FE' <<< "$marks" | wc -c) failed or in error"
+  fi
+  echo "tests: $summary after $((SECONDS - t0)) s"
   grep -E "^(FAILED|ERROR)" "$OUT/test_gpu.log" | head -20
   grep -h -B2 -A12 "^_____" "$OUT/test_gpu.log" | grep -E "^E " | head -20
   for part in 0 1 2 3; do
