@@ -18,8 +18,8 @@ and the final states' cotangent through the vjp of the final-state slice
 alone. Measured (docs/performance-log.md, 2026-11-28): on the 2-core CPU
 the written form holds 12-16 MiB against 16-516 MiB and runs 1.6-7.2x
 faster; on an H200 at (8, 4096, 4096) bfloat16 the autodiff is the better
-one (its temporaries one float32 copy of x at W 1..64, dense or
-seq_idx; the written form's two, and 1.2-3.7x its time at W >= 4, level
+one (its temporaries one float32 copy of x at W 1, 4, 16, 64 dense and
+1, 4, 16 seq_idx; the written form's two, and 1.2-3.7x its time at W >= 4, level
 at W 1), so the twin keeps the autodiff. Run on any platform:
     python3 -m benchmarks.probes.twin_backward_memory [--shape B,D,L] [--widths 4,16,64]
 """
