@@ -77,9 +77,14 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
 # - W = 2 without states, seq_idx up to 2^20 (0.67-0.70x at 2^19, 0.89x at
 #   2^20), dense up to 2^19 (0.86x bfloat16, level in float32; at 2^20 the
 #   kernel 1.17x faster);
-# and the forward alone (nothing differentiates it) at W = 3, 4 with seq_idx
-# up to 2^19 (0.73-0.74x; at 2^20 W = 3 1.13x faster).
+# and the forward alone (nothing differentiates it) with seq_idx at
+# 3 <= W <= CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH up to 2^19 (2026-11-28, two
+# runs, 8 segments a row: 0.53-0.89x at W 3..82 but one 1.05; at 2^20
+# mixed, 0.75-1.45x; at 2^22 the kernel 1.1-2.5x faster). XLA:CPU's
+# shifted sum falls off a cliff past W 82 (6-7x slower than the kernel at
+# W 84..128): the bound stays well below it, where a newer XLA could move it.
 CPU_XLA_MAX_ELEMENTS = {"w1": 1 << 21, "w2_seq_idx": 1 << 20, "w2_dense": 1 << 19, "seq_idx_forward": 1 << 19}
+CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH = 64
 
 # A forward that nothing differentiates at W <= 2 without states (any
 # layout, dense or seq_idx) takes XLA's fused pass while x is at most this
@@ -107,7 +112,7 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
       step the kernel's forward stays there: XLA's forward beside our
       backward measured slower.
     - small channels-first problems (CPU_XLA_MAX_ELEMENTS): W = 1 and 2, the
-      whole op; the seq_idx forward alone at W = 3, 4.
+      whole op; the seq_idx forward alone at W = 3..64.
     Elsewhere the kernel (the backward faster at every other measured cell)."""
     plain = cfg.mode != VARLEN and not has_initial_states and not cfg.want_final
     if width == 1 and plain and not cfg.channels_last and jnp.dtype(dtype) in (jnp.float32, jnp.float64):
@@ -118,8 +123,8 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
             return False
         if width == 2 and plain and elements <= small["w2_seq_idx" if cfg.mode == SEQ_IDX else "w2_dense"]:
             return False
-        if (width in (3, 4) and cfg.mode == SEQ_IDX and not backward and not cfg.differentiated
-                and elements <= small["seq_idx_forward"]):
+        if (3 <= width <= CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH and cfg.mode == SEQ_IDX and not backward
+                and not cfg.differentiated and elements <= small["seq_idx_forward"]):
             return False
     cached = elements == 0 or elements * jnp.dtype(dtype).itemsize <= CPU_XLA_FORWARD_MAX_BYTES
     return backward or cfg.differentiated or not (width <= 2 and plain and cached)
