@@ -78,11 +78,11 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
 #   2^20), dense up to 2^19 (0.86x bfloat16, level in float32; at 2^20 the
 #   kernel 1.17x faster);
 # and the forward alone (nothing differentiates it) with seq_idx at
-# 3 <= W <= CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH up to 2^19 (2026-11-28, two
-# runs, 8 segments a row: 0.53-0.89x at W 3..82 but one 1.05; at 2^20
-# mixed, 0.75-1.45x; at 2^22 the kernel 1.1-2.5x faster). XLA:CPU's
-# shifted sum falls off a cliff past W 82 (6-7x slower than the kernel at
-# W 84..128): the bound stays well below it, where a newer XLA could move it.
+# 3 <= W <= CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH up to 2^19 (XLA ahead at
+# every W 3..82 there, mixed at 2^20-2^21, behind at 2^22: docs/benchmarks.md
+# "CPU, the small seq_idx forward at every width"). Past W 82 XLA:CPU's
+# shifted sum falls off a cliff, far behind the kernel: the bound stays
+# well below it, which another XLA could move.
 CPU_XLA_MAX_ELEMENTS = {"w1": 1 << 21, "w2_seq_idx": 1 << 20, "w2_dense": 1 << 19, "seq_idx_forward": 1 << 19}
 CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH = 64
 
