@@ -39,6 +39,11 @@ def slower_than_xla(rec):
     return out
 
 
+def _ratios(slow):
+    """'device 1.02x, wall 1.10x' from one pass of slower_than_xla."""
+    return ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x" for m, v in slow.items())
+
+
 def auto_route(cell, pas, platform):
     """What ``backend="auto"`` runs for this cell's pass on the platform:
     "XLA", "kernel", or for a training step that splits, which half takes
@@ -90,9 +95,7 @@ def target_checks(records):
         c, ours = cell_of(r), r["times"].get("ours", {})
         slow = dict(slower_than_xla(r))
         if any(p in ours for p in ("fwd", "step")):
-            texts = [f"{pas} slower than the XLA shifted sum ("
-                     + ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x"
-                                 for m, v in slow[pas].items()) + " its time)"
+            texts = [f"{pas} slower than the XLA shifted sum ({_ratios(slow[pas])} its time)"
                      for pas in ("fwd", "step") if pas in slow]
             yield c, "xla", texts
         if c.mode not in ("dense", "seq_idx"):
@@ -249,8 +252,7 @@ def render_group(recs, plot_link=None):
     out.append(f"Cells where ours is slower than the XLA shifted sum (any pass, device or wall "
                f"time): {len(slow) or 'none'}.")
     for c, pas, s in sorted(slow, key=lambda t: (t[0], t[1])):
-        how = ", ".join(f"{'device' if m == 'dev_us' else 'wall'} {v:.2f}x" for m, v in s.items())
-        out.append(f"- {c.label()}: {pas} ({how} XLA's time); backend=\"auto\" runs "
+        out.append(f"- {c.label()}: {pas} ({_ratios(s)} XLA's time); backend=\"auto\" runs "
                    f"{auto_route(c, pas, meta['platform'])} here")
     errs = [(cell_of(r), k, e) for r in recs for k, e in sorted(r.get("errors", {}).items())]
     if errs:
