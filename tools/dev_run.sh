@@ -14,19 +14,21 @@ bash tools/device_build.sh || exit 1
 K=${1:-}; shift || true
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 T=${TEST_TIMEOUT:-330}
+memcheck() {  # part $1 of 4 of the probe under memcheck, its exit status at the log's end
+  timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
+    "$1" 4 > "$OUT/memcheck$1.log" 2>&1
+  echo "EXIT STATUS $?" >> "$OUT/memcheck$1.log"
+}
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   ( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 ${TEST_FILES:-tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_seq_idx_stream.py tests/test_gpu_fwd_span.py tests/test_gpu_cl_slice.py} ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
     for part in 0 1 2 3; do
-      ( timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
-        $part 4 > "$OUT/memcheck$part.log" 2>&1; echo "EXIT STATUS $?" >> "$OUT/memcheck$part.log" ) &
+      memcheck $part &
       sleep 6  # (compute-sanitizers started together often segfault at start)
     done
     wait )
   # a part whose sanitizer died at start (no PROBE line) runs once more, alone
   for part in 0 1 2 3; do
-    grep -q "PROBE" "$OUT/memcheck$part.log" || { timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 \
-      python3 tests/gpu_sanitize_probe.py $part 4 > "$OUT/memcheck$part.log" 2>&1
-      echo "EXIT STATUS $?" >> "$OUT/memcheck$part.log"; }
+    grep -q "PROBE" "$OUT/memcheck$part.log" || memcheck $part
   done
   summary=$(tail -1 "$OUT/test_gpu.log")
   if ! grep -qE "passed|failed|error|no tests" <<< "$summary"; then  # (killed by the timeout: count the progress marks)
