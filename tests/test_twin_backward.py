@@ -36,8 +36,8 @@ def _case(rng, G, n, D, L, W, cl, mode, states, dtype=np.float64):
     return [as_j(a) for a in (x, w, b, seq, init, dy, dfin)]
 
 
-def _twin(act, cl, mode, x, w, b, seq, init, dy, dfin):
-    cfg = ConvConfig(activation=act, mode=mode, channels_last=cl, states_channels_last=cl,
+def _twin(act, cl, x, w, b, seq, init, dy, dfin):
+    cfg = ConvConfig(activation=act, mode=ROWS if seq is None else SEQ_IDX, channels_last=cl, states_channels_last=cl,
                      want_final=dfin is not None, backend="auto")
     return xla_twins.backward(cfg, x, w, b, seq, None, init, dy, dfin)
 
@@ -82,7 +82,7 @@ def test_twin_backward_matches_autodiff_and_oracle(W, L, cl, mode, states, act):
     rng = np.random.default_rng(W * 100 + L + 7 * cl + 3 * mode + states)
     with on_cpu(), jax.enable_x64(True):
         a = _case(rng, 2, 2, 3, L, W, cl, mode, states)
-        got = _twin(act, cl, mode, *a)
+        got = _twin(act, cl, *a)
         want = _autodiff(act, cl, *a)
         assert len(got) == 4
         for g, e in zip(got, want):
@@ -113,7 +113,7 @@ def test_twin_backward_low_precision_dtypes(cl):
     with on_cpu():
         a = _case(rng, 1, 2, 8, 40, 4, cl, SEQ_IDX, True, dtype=jnp.bfloat16)
         a[1], a[2] = a[1].astype(jnp.float32), a[2].astype(jnp.float32)
-        got = _twin("silu", cl, SEQ_IDX, *a)
+        got = _twin("silu", cl, *a)
         want = _autodiff("silu", cl, *a)
         for g, e in zip(got, want):
             assert g.dtype == e.dtype
