@@ -100,20 +100,8 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
       __syncwarp();
     }
     issue(ci + kMmaStages - 1);  // into the buffers of chunk ci - 1, whose readers are done
-#pragma unroll 1
-    for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
-      if (!pl.live) break;
-      const int64_t t0 = c0 + kMmaTile * u;
-      if (t0 >= L) break;
-      float acc[4];
-      bool live[4] = {true, true, true, true};  // (masked: the output is not padding)
-      const T* arow = cur + kMmaTile * u + lrow;
-      if constexpr (kMasked) {
-        MmaTileMasked<T, kNK>(arow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
-      } else {
-        MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
-      }
-      if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
+    // tile u's outputs of this lane (acc as MmaTile gives them) to y
+    auto store = [&](int64_t t0, const float(&acc)[4], const bool(&live)[4]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t t = t0 + first + 64 * h;
@@ -128,6 +116,40 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
         }
         *reinterpret_cast<unsigned*>(yrow + t) = PackPair<T>(v0, v1);
       }
+    };
+    // Bit u (dense): tile u's sums on this lane were not finite. Those tiles are
+    // summed again exactly after the loop, from the chunk still staged, and
+    // stored again by the same thread (the later store stays): the loop
+    // keeps only the check.
+    unsigned inexact = 0;
+#pragma unroll 1
+    for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
+      if (!pl.live) break;
+      const int64_t t0 = c0 + kMmaTile * u;
+      if (t0 >= L) break;
+      float acc[4];
+      bool live[4] = {true, true, true, true};  // (masked: the output is not padding)
+      const T* arow = cur + kMmaTile * u + lrow;
+      if constexpr (kMasked) {
+        MmaTileMasked<T, kNK>(arow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
+      } else {
+        MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
+      }
+      if constexpr (kMasked) {  // (masked: one more register spills at the block bound)
+        if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
+      } else {
+        inexact |= unsigned(!MmaSumsFinite(acc)) << u;
+      }
+      store(t0, acc, live);
+    }
+    static_assert(kWideChunk / kMmaTile <= 32, "a bit a tile");
+#pragma unroll 1
+    for (; inexact; inexact &= inexact - 1) {  // (rare: a non-finite input or tap)
+      const int u = __ffs(inexact) - 1;
+      float acc[4];
+      bool live[4];
+      MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
+      store(c0 + kMmaTile * u, acc, live);
     }
     __syncwarp();  // this buffer's readers are done before it is refilled
   }
