@@ -132,12 +132,10 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
       const T* arow = cur + kMmaTile * u + lrow;
       if constexpr (kMasked) {
         MmaTileMasked<T, kNK>(arow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
-      } else {
-        MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
-      }
-      if constexpr (kMasked) {  // (masked: one more register spills at the block bound)
+        // (the re-sum stays here: deferred, one more register spills at the block bound)
         if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
       } else {
+        MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
         inexact |= unsigned(!MmaSumsFinite(acc)) << u;
       }
       store(t0, acc, live);
