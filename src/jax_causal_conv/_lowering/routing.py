@@ -78,13 +78,12 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
 #   2^20), dense up to 2^19 (0.86x bfloat16, level in float32; at 2^20 the
 #   kernel 1.17x faster);
 # and the forward alone (nothing differentiates it) with seq_idx at
-# 3 <= W <= CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH up to 2^19 (XLA ahead at
-# every W 3..82 there, mixed at 2^20-2^21, behind at 2^22: docs/benchmarks.md
-# "CPU, the small seq_idx forward at every width"). Past W 82 XLA:CPU's
-# shifted sum falls off a cliff, far behind the kernel: the bound stays
-# well below it, which another XLA could move.
+# 3 <= W <= CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH[x's dtype] up to 2^19, where
+# a packed row's short segments leave the kernel few whole runs of taps
+# (at 2^19, x's dtype: XLA ahead or level up to these widths, the kernel
+# ahead past them; docs/benchmarks.md "CPU, packed segments in one pass").
 CPU_XLA_MAX_ELEMENTS = {"w1": 1 << 21, "w2_seq_idx": 1 << 20, "w2_dense": 1 << 19, "seq_idx_forward": 1 << 19}
-CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH = 64
+CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH = {"bfloat16": 8, "float16": 24, "float32": 20, "float64": 20}
 
 # A forward that nothing differentiates at W <= 2 without states (any
 # layout, dense or seq_idx) takes XLA's fused pass while x is at most this
@@ -112,7 +111,7 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
       step the kernel's forward stays there: XLA's forward beside our
       backward measured slower.
     - small channels-first problems (CPU_XLA_MAX_ELEMENTS): W = 1 and 2, the
-      whole op; the seq_idx forward alone at W = 3..64.
+      whole op; the seq_idx forward alone at W = 3 up to a bound by dtype.
     Elsewhere the kernel (the backward faster at every other measured cell)."""
     plain = cfg.mode != VARLEN and not has_initial_states and not cfg.want_final
     if width == 1 and plain and not cfg.channels_last and jnp.dtype(dtype) in (jnp.float32, jnp.float64):
@@ -123,7 +122,8 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
             return False
         if width == 2 and plain and elements <= small["w2_seq_idx" if cfg.mode == SEQ_IDX else "w2_dense"]:
             return False
-        if (3 <= width <= CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH and cfg.mode == SEQ_IDX and not backward
+        top = CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH.get(jnp.dtype(dtype).name, 0)
+        if (3 <= width <= top and cfg.mode == SEQ_IDX and not backward
                 and not cfg.differentiated and elements <= small["seq_idx_forward"]):
             return False
     cached = elements == 0 or elements * jnp.dtype(dtype).itemsize <= CPU_XLA_FORWARD_MAX_BYTES
