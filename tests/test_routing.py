@@ -37,6 +37,8 @@ def no_small_rule(monkeypatch):
 def _set_small_bounds(monkeypatch, bound):
     for k in routing.CPU_XLA_MAX_ELEMENTS:
         monkeypatch.setitem(routing.CPU_XLA_MAX_ELEMENTS, k, bound)
+    for dt, widths in routing.CPU_XLA_SEQ_IDX_FORWARD.items():  # (each width's bound now `bound`)
+        monkeypatch.setitem(routing.CPU_XLA_SEQ_IDX_FORWARD, dt, {bound: max(widths.values())})
     jax.clear_caches()
 
 
@@ -189,19 +191,26 @@ def test_the_cpu_small_problem_table():
         assert wins(mode, 2, bound, cl=True)
         assert wins(mode, 3, 100) and wins(mode, 4, 100)  # a training step at W >= 3: the kernel
     assert small["w2_dense"] <= small["w2_seq_idx"] <= small["w1"]
-    # the seq_idx forward alone at W = 3 up to its dtype's bound (not being differentiated)
+    # the seq_idx forward alone at W >= 3 up to its dtype's bounds (not being differentiated)
     alone = lambda mode, W, n, cl=False, dt=bf16: cpu_kernel_wins(  # noqa: E731
         cpu_cfg(mode, cl), W, False, dt, elements=n)
-    n = small["seq_idx_forward"]
-    tops = routing.CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH
-    assert tops == {"bfloat16": 8, "float16": 24, "float32": 20, "float64": 20}  # (docs/benchmarks.md's table)
+    table = routing.CPU_XLA_SEQ_IDX_FORWARD
+    assert table == {"bfloat16": {1 << 19: 8}, "float16": {1 << 19: 24},  # (docs/benchmarks.md's tables)
+                     "float32": {1 << 19: 20, 1 << 21: 8}, "float64": {1 << 19: 20}}
     for dt in (bf16, jnp.float16, f32, jnp.float64):
-        top = tops[jnp.dtype(dt).name]
-        for W in (3, 4, 5, top):
-            assert not alone(SEQ_IDX, W, n, dt=dt)
-            assert alone(SEQ_IDX, W, n + 1, dt=dt) and alone(ROWS, W, n, dt=dt) and alone(SEQ_IDX, W, n, True, dt)
-            assert alone(SEQ_IDX, W, 0, dt=dt)  # size unknown: the kernel
-        assert alone(SEQ_IDX, top + 1, n, dt=dt) and alone(SEQ_IDX, 64, n, dt=dt) and alone(SEQ_IDX, 128, n, dt=dt)
+        bounds = table[jnp.dtype(dt).name]
+        for n, top in bounds.items():
+            for W in (3, 4, 5, top):
+                assert not alone(SEQ_IDX, W, n, dt=dt)
+                assert alone(ROWS, W, n, dt=dt) and alone(SEQ_IDX, W, n, True, dt)
+                assert alone(SEQ_IDX, W, 0, dt=dt)  # size unknown: the kernel
+        assert alone(SEQ_IDX, max(bounds.values()) + 1, 1 << 19, dt=dt)  # past every width
+        assert alone(SEQ_IDX, 3, max(bounds) + 1, dt=dt)  # past every size
+        assert alone(SEQ_IDX, 64, 1 << 19, dt=dt) and alone(SEQ_IDX, 128, 1 << 19, dt=dt)
+    # float32's two bounds: W 3..20 up to 2^19, W 3..8 up to 2^21
+    assert not alone(SEQ_IDX, 20, 1 << 19, dt=f32) and alone(SEQ_IDX, 20, (1 << 19) + 1, dt=f32)
+    assert not alone(SEQ_IDX, 8, 1 << 21, dt=f32) and alone(SEQ_IDX, 9, 1 << 20, dt=f32)
+    assert alone(SEQ_IDX, 8, 1 << 20, dt=bf16)  # (16 bits: one bound, 2^19)
 
 
 def test_the_cpu_short_forward_size_bound():
@@ -256,7 +265,7 @@ def test_cpu_small_problem_takes_xla(W, monkeypatch):
                     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                                rtol=2e-2, atol=2e-2)
             else:
-                want = 0 if xla and seq is not None and W <= routing.CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH["bfloat16"] else 1
+                want = 0 if xla and seq is not None and W <= max(routing.CPU_XLA_SEQ_IDX_FORWARD["bfloat16"].values()) else 1
                 assert _calls(conv("auto", seq), x, w) == (want, 0)
                 assert _calls(step("auto", seq), x, w) == (1, 1)  # W >= 3: the kernel in a step
                 if seq is not None:  # the routed forward's values are the kernel's

@@ -77,13 +77,15 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
 # - W = 2 without states, seq_idx up to 2^20 (0.67-0.70x at 2^19, 0.89x at
 #   2^20), dense up to 2^19 (0.86x bfloat16, level in float32; at 2^20 the
 #   kernel 1.17x faster);
-# and the forward alone (nothing differentiates it) with seq_idx at
-# 3 <= W <= CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH[x's dtype] up to 2^19, where
-# a packed row's short segments leave the kernel few whole runs of taps
-# (at 2^19, x's dtype: XLA ahead or level up to these widths, the kernel
-# ahead past them; docs/benchmarks.md "CPU, packed segments in one pass").
-CPU_XLA_MAX_ELEMENTS = {"w1": 1 << 21, "w2_seq_idx": 1 << 20, "w2_dense": 1 << 19, "seq_idx_forward": 1 << 19}
-CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH = {"bfloat16": 8, "float16": 24, "float32": 20, "float64": 20}
+# and the forward alone (nothing differentiates it) with seq_idx at W >= 3,
+# by x's dtype, up to the elements and width of one of its entries in
+# CPU_XLA_SEQ_IDX_FORWARD (a packed row's short segments: XLA ahead or
+# level up to these widths, the kernel ahead past them; docs/benchmarks.md
+# "CPU, packed segments in one pass").
+CPU_XLA_MAX_ELEMENTS = {"w1": 1 << 21, "w2_seq_idx": 1 << 20, "w2_dense": 1 << 19}
+CPU_XLA_SEQ_IDX_FORWARD = {  # dtype: {max elements: max W}
+    "bfloat16": {1 << 19: 8}, "float16": {1 << 19: 24}, "float32": {1 << 19: 20, 1 << 21: 8},
+    "float64": {1 << 19: 20}}
 
 # A forward that nothing differentiates at W <= 2 without states (any
 # layout, dense or seq_idx) takes XLA's fused pass while x is at most this
@@ -111,7 +113,8 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
       step the kernel's forward stays there: XLA's forward beside our
       backward measured slower.
     - small channels-first problems (CPU_XLA_MAX_ELEMENTS): W = 1 and 2, the
-      whole op; the seq_idx forward alone at W = 3 up to a bound by dtype.
+      whole op; the seq_idx forward alone at W >= 3 up to bounds by dtype
+      (CPU_XLA_SEQ_IDX_FORWARD).
     Elsewhere the kernel (the backward faster at every other measured cell)."""
     plain = cfg.mode != VARLEN and not has_initial_states and not cfg.want_final
     if width == 1 and plain and not cfg.channels_last and jnp.dtype(dtype) in (jnp.float32, jnp.float64):
@@ -122,9 +125,9 @@ def cpu_kernel_wins(cfg, width: int, has_initial_states: bool, dtype, backward: 
             return False
         if width == 2 and plain and elements <= small["w2_seq_idx" if cfg.mode == SEQ_IDX else "w2_dense"]:
             return False
-        top = CPU_XLA_SEQ_IDX_FORWARD_MAX_WIDTH.get(jnp.dtype(dtype).name, 0)
-        if (3 <= width <= top and cfg.mode == SEQ_IDX and not backward
-                and not cfg.differentiated and elements <= small["seq_idx_forward"]):
+        bounds = CPU_XLA_SEQ_IDX_FORWARD.get(jnp.dtype(dtype).name, {})
+        if (width >= 3 and cfg.mode == SEQ_IDX and not backward and not cfg.differentiated
+                and any(elements <= n and width <= top for n, top in bounds.items())):
             return False
     cached = elements == 0 or elements * jnp.dtype(dtype).itemsize <= CPU_XLA_FORWARD_MAX_BYTES
     return backward or cfg.differentiated or not (width <= 2 and plain and cached)
