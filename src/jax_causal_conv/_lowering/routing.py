@@ -84,8 +84,8 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
 # "CPU, packed segments in one pass").
 CPU_XLA_MAX_ELEMENTS = {"w1": 1 << 21, "w2_seq_idx": 1 << 20, "w2_dense": 1 << 19}
 CPU_XLA_SEQ_IDX_FORWARD = {  # dtype: {max elements: max W}
-    "bfloat16": {1 << 19: 8}, "float16": {1 << 19: 24}, "float32": {1 << 19: 20, 1 << 21: 8},
-    "float64": {1 << 19: 20}}
+    "bfloat16": {1 << 19: 8}, "float16": {1 << 21: 24}, "float32": {1 << 19: 20, 1 << 21: 8},
+    "float64": {1 << 19: 20, 1 << 21: 5}}
 
 # A forward that nothing differentiates at W <= 2 without states (any
 # layout, dense or seq_idx) takes XLA's fused pass while x is at most this
