@@ -253,6 +253,7 @@ def test_cpu_small_problem_takes_xla(W, monkeypatch):
     def step(backend, seq):
         return lambda x, w: jax.value_and_grad(
             lambda x, w: jnp.sum(conv(backend, seq)(x, w).astype(jnp.float32) ** 2), (0, 1))(x, w)
+    bf16_top = max(routing.CPU_XLA_SEQ_IDX_FORWARD["bfloat16"].values())  # (x is bfloat16)
     for bound in (x.size, x.size - 1):
         _set_small_bounds(monkeypatch, bound)
         xla = bound >= x.size
@@ -265,7 +266,7 @@ def test_cpu_small_problem_takes_xla(W, monkeypatch):
                     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                                rtol=2e-2, atol=2e-2)
             else:
-                want = 0 if xla and seq is not None and W <= max(routing.CPU_XLA_SEQ_IDX_FORWARD["bfloat16"].values()) else 1
+                want = 0 if xla and seq is not None and W <= bf16_top else 1
                 assert _calls(conv("auto", seq), x, w) == (want, 0)
                 assert _calls(step("auto", seq), x, w) == (1, 1)  # W >= 3: the kernel in a step
                 if seq is not None:  # the routed forward's values are the kernel's
