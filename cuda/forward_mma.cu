@@ -24,6 +24,12 @@
 namespace jcc::cuda {
 namespace {
 
+// A bool known at compile time, where a run-time bool may stand too.
+template <bool B>
+struct Fixed {
+  __device__ constexpr operator bool() const { return B; }
+};
+
 // The ids of steps o .. o + n (whole words of 4, o a multiple of 4) into
 // ids, by the whole block (its warps share a batch row): copies where in the
 // row (no commit: the x copies' group takes them), else HistoryId before
@@ -40,6 +46,21 @@ __device__ __forceinline__ void IssueMmaIds(const ConvArgs& a, int64_t b, int64_
       for (int i = 0; i < 4; ++i) ids[4 * v + i] = t < 0 ? hist : kNoId;
     }
   }
+}
+
+// Outputs p[0], p[1] from their sums (padding, not live: exactly 0 before
+// the residual r, read where has_res). has_res and silu: bools, or Fixed.
+template <typename T, typename R, typename S>
+__device__ __forceinline__ void StoreMmaPair(T* p, const T* r, float s0, float s1, bool live0, bool live1,
+                                             float bias, S silu, R has_res) {
+  float v0 = live0 ? Activate(s0 + bias, silu) : 0.f;
+  float v1 = live1 ? Activate(s1 + bias, silu) : 0.f;
+  if (has_res) {
+    float r0, r1;
+    UnpackPair<T>(__ldg(reinterpret_cast<const unsigned*>(r)), r0, r1);
+    v0 += r0, v1 += r1;
+  }
+  *reinterpret_cast<unsigned*>(p) = PackPair<T>(v0, v1);
 }
 
 // Shared memory of a block, in bytes.
@@ -100,54 +121,75 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
       __syncwarp();
     }
     issue(ci + kMmaStages - 1);  // into the buffers of chunk ci - 1, whose readers are done
-    // tile u's outputs of this lane (acc as MmaTile gives them) to y
-    auto store = [&](int64_t t0, const float(&acc)[4], const bool(&live)[4]) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t t = t0 + first + 64 * h;
-        if (t >= L) continue;  // (L is whole vectors: both steps or neither)
-        // (padding: exactly 0 before the residual)
-        float v0 = live[2 * h] ? Activate(acc[2 * h] + bias, silu) : 0.f;
-        float v1 = live[2 * h + 1] ? Activate(acc[2 * h + 1] + bias, silu) : 0.f;
-        if (res) {
-          float r0, r1;
-          UnpackPair<T>(__ldg(reinterpret_cast<const unsigned*>(res + t)), r0, r1);
-          v0 += r0, v1 += r1;
-        }
-        *reinterpret_cast<unsigned*>(yrow + t) = PackPair<T>(v0, v1);
-      }
-    };
-    // Bit u (dense): tile u's sums on this lane were not finite. Those tiles are
-    // summed again exactly after the loop, from the chunk still staged, and
-    // stored again by the same thread (the later store stays): the loop
-    // keeps only the check.
-    unsigned inexact = 0;
+    if constexpr (kMasked) {
+      // (masked: the tile loop as it was; 32-bit offsets and fixed flags
+      // there spill at the block bound and cost time)
 #pragma unroll 1
-    for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
-      if (!pl.live) break;
-      const int64_t t0 = c0 + kMmaTile * u;
-      if (t0 >= L) break;
-      float acc[4];
-      bool live[4] = {true, true, true, true};  // (masked: the output is not padding)
-      const T* arow = cur + kMmaTile * u + lrow;
-      if constexpr (kMasked) {
-        MmaTileMasked<T, kNK>(arow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
-        // (the re-sum stays here: deferred, one more register spills at the block bound)
+      for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
+        if (!pl.live) break;
+        const int64_t t0 = c0 + kMmaTile * u;
+        if (t0 >= L) break;
+        float acc[4];
+        bool live[4] = {true, true, true, true};  // (the output is not padding)
+        MmaTileMasked<T, kNK>(cur + kMmaTile * u + lrow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
         if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
-      } else {
-        MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
-        inexact |= unsigned(!MmaSumsFinite(acc)) << u;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t t = t0 + first + 64 * h;
+          if (t < L)  // (L is whole vectors: both steps or neither)
+            StoreMmaPair<T>(yrow + t, res ? res + t : nullptr, acc[2 * h], acc[2 * h + 1], live[2 * h],
+                            live[2 * h + 1], bias, silu, res != nullptr);
+        }
       }
-      store(t0, acc, live);
-    }
-    static_assert(kWideChunk / kMmaTile <= 32, "a bit a tile");
+    } else {
+      // Dense: the chunk's tiles with the residual's presence and the
+      // activation fixed (a branch a chunk, not a test an output); offsets
+      // from the chunk in 32 bits.
+      const int rem = int(Min64(L - c0, kWideChunk));  // the chunk's steps in the row
+      T* ychunk = yrow + c0;
+      const T* rchunk = res ? res + c0 : nullptr;
+      auto chunk = [&](auto has_res, auto act_silu) {  // (Fixed)
+        // the outputs of this lane of the tile at offset o (acc as MmaTile gives them) to y
+        auto store = [&](int o, const float(&acc)[4], const bool(&live)[4]) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int e = o + first + 64 * h;
+            if (e < rem)  // (L is whole vectors: both steps or neither)
+              StoreMmaPair<T>(ychunk + e, rchunk + e, acc[2 * h], acc[2 * h + 1], live[2 * h], live[2 * h + 1],
+                              bias, act_silu, has_res);
+          }
+        };
+        // the sum of this lane's sums of the chunk: not finite when one of
+        // them is not (or, harmlessly, when finite ones overflow). The
+        // chunk's tiles are then summed again exactly after the loop, from
+        // the chunk still staged, and stored again by the same thread (the
+        // later store stays): the loop keeps only an add a tile.
+        float check = 0.f;
+        const bool all[4] = {true, true, true, true};
 #pragma unroll 1
-    for (; inexact; inexact &= inexact - 1) {  // (rare: a non-finite input or tap)
-      const int u = __ffs(inexact) - 1;
-      float acc[4];
-      bool live[4];
-      MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
-      store(c0 + kMmaTile * u, acc, live);
+        for (int o = 0; o < kWideChunk; o += kMmaTile) {
+          if (!pl.live || o >= rem) break;
+          float acc[4];
+          MmaTile<T, kNK>(cur + o + lrow, nk, bhi, blo, split, acc);
+          check += (acc[0] + acc[1]) + (acc[2] + acc[3]);
+          store(o, acc, all);
+        }
+        if (fabsf(check) < INFINITY) return;
+#pragma unroll 1
+        for (int o = 0; o < rem; o += kMmaTile) {  // (rare: a non-finite input or tap)
+          float acc[4];
+          bool live[4];
+          MmaTileExact<T, kMasked>(a, wrow, cur + o, ids + o, live, acc);
+          store(o, acc, live);
+        }
+      };
+      using Yes = Fixed<true>;
+      using No = Fixed<false>;
+      if (res) {
+        silu ? chunk(Yes(), Yes()) : chunk(Yes(), No());
+      } else {
+        silu ? chunk(No(), Yes()) : chunk(No(), No());
+      }
     }
     __syncwarp();  // this buffer's readers are done before it is refilled
   }
