@@ -131,24 +131,48 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
     TransposeMmaClRows<T, kCh>(a, rows(ci), b, g, c0 - P, sm.n, xc);
     __syncthreads();  // the channel rows (and ids) are in; ys is free again
     const T* row = xc + warp * sm.n;  // this warp's channel row
-#pragma unroll 1
-    for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
-      if (c0 + kMmaTile * u >= L) break;
-      float acc[4];
-      bool live[4] = {true, true, true, true};  // (masked: the output is not padding)
-      if constexpr (kMasked) {
-        MmaTileMasked<T, kNK>(mine + kMmaTile * u, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
-      } else {
-        MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
-      }
-      if (!MmaSumsFinite(acc))  // (mma.cuh says why)
-        MmaTileExact<T, kMasked>(a, wrow, row + kMmaTile * u, ids + kMmaTile * u, live, acc);
+    // tile u's outputs of this lane (acc as MmaTile gives them) to the column
+    auto put = [&](int u, const float(&acc)[4], const bool(&live)[4]) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // (padding: exactly 0 before the residual)
         const int s = kMmaTile * u + first + 64 * h;
         *reinterpret_cast<float2*>(col + WideClOut(s)) =
             make_float2(live[2 * h] ? Activate(acc[2 * h] + bias, silu) : 0.f,
                         live[2 * h + 1] ? Activate(acc[2 * h + 1] + bias, silu) : 0.f);
+      }
+    };
+    if constexpr (kMasked) {
+#pragma unroll 1
+      for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
+        if (c0 + kMmaTile * u >= L) break;
+        float acc[4];
+        bool live[4] = {true, true, true, true};  // (the output is not padding)
+        MmaTileMasked<T, kNK>(mine + kMmaTile * u, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
+        if (!MmaSumsFinite(acc))  // (mma.cuh says why; deferred, the masked loop spills)
+          MmaTileExact<T, kMasked>(a, wrow, row + kMmaTile * u, ids + kMmaTile * u, live, acc);
+        put(u, acc, live);
+      }
+    } else {
+      // the sum of this lane's sums of the chunk: not finite when one of them
+      // is not (or, harmlessly, when finite ones overflow); the chunk's tiles
+      // are then summed again exactly after the loop (mma.cuh says why) and
+      // put again by the same thread: the loop keeps only an add a tile.
+      const int tiles = int(Min64(kWideChunk / kMmaTile, CeilDiv(L - c0, kMmaTile)));
+      const bool all[4] = {true, true, true, true};
+      float check = 0.f;
+#pragma unroll 1
+      for (int u = 0; u < tiles; ++u) {
+        float acc[4];
+        MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
+        check += (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        put(u, acc, all);
+      }
+#pragma unroll 1
+      for (int u = 0; u < (fabsf(check) < INFINITY ? 0 : tiles); ++u) {  // (rare: a non-finite input or tap)
+        float acc[4];
+        bool live[4];
+        MmaTileExact<T, kMasked>(a, wrow, row + kMmaTile * u, ids + kMmaTile * u, live, acc);
+        put(u, acc, live);
       }
     }
   }
