@@ -1,9 +1,8 @@
 // The mma forward (tensor cores): channels-first rows of whole aligned
 // vectors of bfloat16 or float16 x, one sequence per row or seq_idx, W > 16.
-// A warp
-// walks a span of its channel row like the wide family (wide_cf.cuh stages
-// the raw inputs), but sums on tensor cores: the 128 outputs of a tile,
-// y[t0 + 8j + i] (j < 16 segments, i < 8), are C = A B with
+// A warp walks a span of its channel row like the wide family (wide_cf.cuh
+// stages the raw inputs), but sums on tensor cores: the 128 outputs of a
+// tile, y[t0 + 8j + i] (j < 16 segments, i < 8), are C = A B with
 //   A[j][m] = x[t0 + 8j + m - P]        (16 x K, read by ldmatrix straight
 //                                         from the staged row: row j of A
 //                                         starts 8 steps after row j - 1)
@@ -12,11 +11,12 @@
 // up to 16. Float weights (other than x's dtype) are split into two 16-bit
 // parts, hi + lo, each its own B: products then keep ~16 more bits.
 // seq_idx: the ids are staged beside x; a tile whose window holds one live
-// id is summed as above, any other once per distinct id among its outputs
-// with A masked to that id's inputs (padding outputs are 0). A tile with a
-// non-finite sum (an Inf or NaN input, or taps not finite in 16 bits) is
-// summed again exactly, tap by tap inside each window (MmaTileExact), so that
-// such an input reaches only the outputs whose window holds it.
+// id (MmaOneIdTiles, once a chunk) is summed as above, any other once per
+// distinct id among its outputs with A masked to that id's inputs (padding
+// outputs are 0). A tile with a non-finite sum (an Inf or NaN input, or taps
+// not finite in 16 bits) is summed again exactly, tap by tap inside each
+// window (MmaTileExact), so that such an input reaches only the outputs
+// whose window holds it (dense: after the chunk's tile loop).
 #include "launchers.h"
 #include "mma.cuh"
 #include "wide_cf.cuh"  // IssueWideX
@@ -122,8 +122,9 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
     }
     issue(ci + kMmaStages - 1);  // into the buffers of chunk ci - 1, whose readers are done
     if constexpr (kMasked) {
-      // (masked: the tile loop as it was; 32-bit offsets and fixed flags
-      // there spill at the block bound and cost time)
+      // (masked: 64-bit offsets and run-time flags; the dense loop's 32-bit
+      // offsets and fixed flags spill here at the block bound and cost time)
+      const unsigned one = MmaOneIdTiles(ids, P);
 #pragma unroll 1
       for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
         if (!pl.live) break;
@@ -131,7 +132,11 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
         if (t0 >= L) break;
         float acc[4];
         bool live[4] = {true, true, true, true};  // (the output is not padding)
-        MmaTileMasked<T, kNK>(cur + kMmaTile * u + lrow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
+        const T* arow = cur + kMmaTile * u + lrow;
+        if (one >> u & 1)
+          MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
+        else
+          MmaTileMasked<T, kNK>(arow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
         if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

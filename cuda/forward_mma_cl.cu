@@ -142,12 +142,16 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
       }
     };
     if constexpr (kMasked) {
+      const unsigned one = MmaOneIdTiles(ids, P);
 #pragma unroll 1
       for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
         if (c0 + kMmaTile * u >= L) break;
         float acc[4];
         bool live[4] = {true, true, true, true};  // (the output is not padding)
-        MmaTileMasked<T, kNK>(mine + kMmaTile * u, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
+        if (one >> u & 1)
+          MmaTile<T, kNK>(mine + kMmaTile * u, nk, bhi, blo, split, acc);
+        else
+          MmaTileMasked<T, kNK>(mine + kMmaTile * u, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
         if (!MmaSumsFinite(acc))  // (mma.cuh says why; deferred, the masked loop spills)
           MmaTileExact<T, kMasked>(a, wrow, row + kMmaTile * u, ids + kMmaTile * u, live, acc);
         put(u, acc, live);

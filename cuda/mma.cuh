@@ -103,18 +103,42 @@ __device__ __forceinline__ bool MmaSumsFinite(const float (&acc)[4]) {
   return fabsf((acc[0] + acc[1]) + (acc[2] + acc[3])) < INFINITY;
 }
 
-// seq_idx: whether the window of a tile holds one live id, warp-wide:
-// irow = the ids of the tile's staged steps (16-byte aligned), checked over
-// steps 0 .. P + 127 (the window P - H .. P + 127 and up to 7 steps before
-// it, so that the check reads whole 16-byte words).
-__device__ __forceinline__ bool MmaTileOneId(const int32_t* irow, int P) {
-  const int32_t ref = irow[P + kMmaTile - 1];
-  bool one = ref >= 0;
-  for (int q = threadIdx.x & 31; q < (P + kMmaTile) / 4; q += 32) {
-    const int4 v = reinterpret_cast<const int4*>(irow)[q];
-    one = one && v.x == ref && v.y == ref && v.z == ref && v.w == ref;
+// seq_idx: the tiles u < kWideChunk / kMmaTile of a chunk whose window holds
+// one live id, a bit a tile, in every lane: ids = the chunk's staged ids
+// (steps from c0 - P: tile u's window is its steps 128 u .. 128 u + P + 127,
+// checked whole, as MmaTileMasked's). Once a chunk, by words of 4 steps: for
+// each 32 words (a tile's length) the ballot of the words whose ids change
+// inside, or against the step before (the first of the 32 apart, whose change
+// before belongs only to the windows of earlier tiles).
+__device__ __forceinline__ unsigned MmaOneIdTiles(const int32_t* ids, int P) {
+  constexpr int kTiles = kWideChunk / kMmaTile, kK = kTiles + 2;  // (a window: P <= 256 past its tile)
+  const int lane = threadIdx.x & 31, words = (kWideChunk + P) / 4, r = P / 4;
+  unsigned cut[kK];
+  bool head[kK];  // word 32 k changes against the step before
+#pragma unroll
+  for (int k = 0; k < kK; ++k) {
+    const int v = 32 * k + lane;
+    bool in = false, before = false;
+    if (v < words) {
+      const int4 q = reinterpret_cast<const int4*>(ids)[v];
+      in = q.x != q.y || q.y != q.z || q.z != q.w;
+      before = v > 0 && ids[4 * v - 1] != q.x;
+    }
+    cut[k] = __ballot_sync(kFullMask, in || (lane > 0 && before));
+    head[k] = __shfl_sync(kFullMask, before, 0);
   }
-  return __all_sync(0xffffffffu, one);
+  unsigned one = 0;
+#pragma unroll
+  for (int u = 0; u < kTiles; ++u) {
+    unsigned bad = cut[u];
+#pragma unroll
+    for (int j = 1; j <= 2; ++j) {  // the window's words in the next tiles
+      const int n = min(max(r - 32 * (j - 1), 0), 32);
+      bad |= (cut[u + j] | unsigned(head[u + j])) & (n == 32 ? ~0u : (1u << n) - 1);
+    }
+    if (!bad && ids[kMmaTile * u + P + kMmaTile - 1] >= 0) one |= 1u << u;
+  }
+  return one;
 }
 
 // This lane's four outputs of a tile (as MmaTile gives them: staged steps
@@ -184,16 +208,16 @@ __device__ __forceinline__ void MmaTileOf(const T* arow, const int32_t* irow, in
   }
 }
 
-// seq_idx: a tile's sums, each output over the inputs of its own id: as
-// MmaTile where the window holds one live id, else once per distinct id
-// among the outputs (the lowest pending lane's first one) with A masked to
-// that id's inputs. live[i] (true on entry) = the output is not padding (its
-// sum is then 0). arow as MmaTile's, irow the ids of the tile's staged steps.
+// seq_idx: a tile's sums, each output over the inputs of its own id, for a
+// window that holds more than one id or padding (MmaOneIdTiles; else
+// MmaTile): once per distinct id among the outputs (the lowest pending
+// lane's first one) with A masked to that id's inputs. live[i] (true on
+// entry) = the output is not padding (its sum is then 0). arow as MmaTile's,
+// irow the ids of the tile's staged steps.
 template <typename T, int kNK>
 __device__ __forceinline__ void MmaTileMasked(const T* arow, const int32_t* irow, int P, int nk,
                                               const unsigned (&hi)[kNK][2], const unsigned (&lo)[kNK][2],
                                               bool split, float (&acc)[4], bool (&live)[4]) {
-  if (MmaTileOneId(irow, P)) return MmaTile<T, kNK>(arow, nk, hi, lo, split, acc);
   const int e = P + MmaLaneFirst(threadIdx.x & 31);  // this lane's outputs: irow[e (+1) (+64)]
   const int32_t oid[4] = {irow[e], irow[e + 1], irow[e + 64], irow[e + 65]};
   bool done[4];

@@ -78,6 +78,39 @@ def test_small_mma_forward(dtype, W, cl):
         assert rel_err(yv[g], want(x[g:g + 1], wv[g], b)[0][0]) <= tol
 
 
+@pytest.mark.parametrize("W", [17, 33, 40, 72, 137])
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_mma_seq_idx_orders(W, cl):
+    """seq_idx through the tensor-core forwards, each id layout a row:
+    ascending ids from 3 with gaps in their values and a padded tail,
+    segments shorter than the window (several ids in one), leading padding
+    (ids that do not ascend), boundaries at and beside tile and chunk edges
+    and at the edges of the tiles' windows (P = W - 1 rounded up to 8 steps
+    before a tile), an id that returns; with and without initial states (the steps before
+    the row then carry no id); against the float64 oracle."""
+    rng = np.random.default_rng(100 + W + cl)
+    B, D, L = 6, (16 if W % 2 else 24) if cl else 3, 1160
+    x, w, b, init = inputs(rng, B, D, L, W, "bfloat16", cl)
+    ids = np.zeros((B, L), np.int32)
+    cuts = np.cumsum([5, 30, 200, 7, 1, 90, 300, 2, 60])
+    ids[0] = 3 + 2 * np.searchsorted(cuts, np.arange(L), side="right")
+    ids[0, -37:] = -1
+    ids[1] = np.searchsorted(np.cumsum(rng.integers(1, W, 200)), np.arange(L), side="right")
+    ids[2, :50] = -1
+    ids[2, 50:] = 1 + np.arange(L - 50) // 150
+    ids[2, -5:] = -1
+    ids[3] = np.searchsorted([511, 512, 640, 641, 1023, 1024], np.arange(L), side="right")
+    ids[4] = np.arange(L) // 100 % 3  # ids that return
+    ids[5] = (np.arange(L) + (W + 6) // 8 * 8) // 128  # boundaries at the tiles' window edges
+    conv = functools.partial(jcc.causal_conv1d, channels_last=cl, backend="ffi", seq_idx=jnp.asarray(ids))
+    cf = functools.partial(swap_layout, cl=cl)
+    for h in (None, init):
+        y = run(GPU, lambda *a: conv(*a[:3], activation="silu", initial_states=a[3]), x, w, b, h)
+        want = cf(oracle.conv(cf(x), w, b, "silu", seq_idx=ids, init=cf(h))[0])
+        for r in range(B):
+            assert rel_err(y[r], want[r]) <= 8e-3, (r, h is None, rel_err(y[r], want[r]))
+
+
 def test_small_mma_forward_keeps_low_weight_bits():
     """float32 weights beside bfloat16 x: the tensor-core forward splits them
     into two bfloat16 parts. With tap H = 1 + 2^-12 (not a bfloat16) and the
