@@ -24,7 +24,9 @@
 namespace jcc::cuda {
 namespace {
 
-// A bool known at compile time, where a run-time bool may stand too.
+// A bool known at compile time, where a run-time bool may stand too
+// (std::bool_constant's conversion is a host function to nvcc without
+// --expt-relaxed-constexpr).
 template <bool B>
 struct Fixed {
   __device__ constexpr operator bool() const { return B; }
@@ -173,7 +175,7 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
         const bool all[4] = {true, true, true, true};
 #pragma unroll 1
         for (int o = 0; o < kWideChunk; o += kMmaTile) {
-          if (!pl.live || o >= rem) break;
+          if (o >= rem) break;
           float acc[4];
           MmaTile<T, kNK>(cur + o + lrow, nk, bhi, blo, split, acc);
           check += (acc[0] + acc[1]) + (acc[2] + acc[3]);
