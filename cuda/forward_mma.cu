@@ -124,30 +124,34 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
     }
     issue(ci + kMmaStages - 1);  // into the buffers of chunk ci - 1, whose readers are done
     if constexpr (kMasked) {
-      // (masked: 64-bit offsets and run-time flags; the dense loop's 32-bit
-      // offsets and fixed flags spill here at the block bound and cost time)
+      // (masked: 64-bit offsets and a run-time residual test; the dense
+      // loop's 32-bit offsets and fixed residual spill here at the block
+      // bound and cost time; the activation fixed, a copy each)
       const unsigned one = MmaOneIdTiles(ids, P);
+      auto tiles = [&](auto act_silu) {  // (Fixed)
 #pragma unroll 1
-      for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
-        if (!pl.live) break;
-        const int64_t t0 = c0 + kMmaTile * u;
-        if (t0 >= L) break;
-        float acc[4];
-        bool live[4] = {true, true, true, true};  // (the output is not padding)
-        const T* arow = cur + kMmaTile * u + lrow;
-        if (one >> u & 1)
-          MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
-        else
-          MmaTileMasked<T, kNK>(arow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
-        if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
+        for (int u = 0; u < kWideChunk / kMmaTile; ++u) {
+          if (!pl.live) break;
+          const int64_t t0 = c0 + kMmaTile * u;
+          if (t0 >= L) break;
+          float acc[4];
+          bool live[4] = {true, true, true, true};  // (the output is not padding)
+          const T* arow = cur + kMmaTile * u + lrow;
+          if (one >> u & 1)
+            MmaTile<T, kNK>(arow, nk, bhi, blo, split, acc);
+          else
+            MmaTileMasked<T, kNK>(arow, ids + kMmaTile * u, P, nk, bhi, blo, split, acc, live);
+          if (!MmaSumsFinite(acc)) MmaTileExact<T, kMasked>(a, wrow, cur + kMmaTile * u, ids + kMmaTile * u, live, acc);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t t = t0 + first + 64 * h;
-          if (t < L)  // (L is whole vectors: both steps or neither)
-            StoreMmaPair<T>(yrow + t, res ? res + t : nullptr, acc[2 * h], acc[2 * h + 1], live[2 * h],
-                            live[2 * h + 1], bias, silu, res != nullptr);
+          for (int h = 0; h < 2; ++h) {
+            const int64_t t = t0 + first + 64 * h;
+            if (t < L)  // (L is whole vectors: both steps or neither)
+              StoreMmaPair<T>(yrow + t, res ? res + t : nullptr, acc[2 * h], acc[2 * h + 1], live[2 * h],
+                              live[2 * h + 1], bias, act_silu, res != nullptr);
+          }
         }
-      }
+      };
+      silu ? tiles(Fixed<true>()) : tiles(Fixed<false>());
     } else {
       // Dense: the chunk's tiles with the residual's presence and the
       // activation fixed (a branch a chunk, not a test an output); offsets
