@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
   // this chunk's
   auto issue = [&](int64_t ci) {
     if (ci < end) {
-      const int stage = (ci - pl.first_chunk) % kMmaStages;
+      const int stage = int(ci - pl.first_chunk) % kMmaStages;
       if constexpr (kMasked) IssueMmaIds(a, b, ci * kWideChunk - P, nbuf, hist, idbufs + stage * nbuf);
       if (pl.live) {
         IssueWideX<T>(a, xrow, b, d, ci * kWideChunk - P, nbuf, bufs + stage * nbuf);
@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(kStreamThreads, kNK <= 3 ? 7 : kNK <= 5 ? 6 : 
   for (int i = 0; i < kMmaStages - 1; ++i) issue(pl.first_chunk + i);
   for (int64_t ci = pl.first_chunk; ci < end; ++ci) {
     const int64_t c0 = ci * kWideChunk;
-    const T* cur = bufs + (ci - pl.first_chunk) % kMmaStages * nbuf;
-    const int32_t* ids = idbufs + (ci - pl.first_chunk) % kMmaStages * nbuf;
+    const T* cur = bufs + int(ci - pl.first_chunk) % kMmaStages * nbuf;
+    const int32_t* ids = idbufs + int(ci - pl.first_chunk) % kMmaStages * nbuf;
     CpAsyncWait<kMmaStages - 2>();  // this chunk's copies (the next chunk's stay in flight)
     if constexpr (kMasked) {
       __syncthreads();  // the block's copies of the ids are in; every warp is done with chunk ci - 1

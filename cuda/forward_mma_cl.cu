@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
   const int64_t end = Min64(CeilDiv(L, kWideChunk), pl.first_chunk + kWideSpan);
   // chunk first + i's rows in rx buffer i % kMmaStages, a copy group per
   // chunk (empty past the span) as in forward_mma.cu
-  auto rows = [&](int64_t ci) { return rx + (ci - pl.first_chunk) % kMmaStages * sm.n * kCh; };
+  auto rows = [&](int64_t ci) { return rx + int(ci - pl.first_chunk) % kMmaStages * sm.n * kCh; };
   auto issue = [&](int64_t ci) {
     if (ci < end)
       IssueWideClRows<T, kCh>(a, x, b, g, ci * kWideChunk - P, sm.n, rows(ci));
