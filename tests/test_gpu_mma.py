@@ -78,7 +78,7 @@ def test_small_mma_forward(dtype, W, cl):
         assert rel_err(yv[g], want(x[g:g + 1], wv[g], b)[0][0]) <= tol
 
 
-@pytest.mark.parametrize("W", [17, 33, 40, 72, 137])
+@pytest.mark.parametrize("W", [17, 33, 40, 72, 137, 256])
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_mma_seq_idx_orders(W, cl):
     """seq_idx through the tensor-core forwards, each id layout a row:
@@ -86,10 +86,12 @@ def test_small_mma_seq_idx_orders(W, cl):
     segments shorter than the window (several ids in one), leading padding
     (ids that do not ascend), boundaries at and beside tile and chunk edges
     and at the edges of the tiles' windows (P = W - 1 rounded up to 8 steps
-    before a tile), an id that returns; with and without initial states (the steps before
-    the row then carry no id); against the float64 oracle."""
+    before a tile), an id that returns, changes whose last affected output
+    is the last or first of a 512-step chunk (forward_seq_fix.cu's blocks);
+    with and without initial states (the steps before the row then carry
+    no id); against the float64 oracle."""
     rng = np.random.default_rng(100 + W + cl)
-    B, D, L = 6, (16 if W % 2 else 24) if cl else 3, 1160
+    B, D, L = 7, (16 if W % 2 else 24) if cl else 3, 1160
     x, w, b, init = inputs(rng, B, D, L, W, "bfloat16", cl)
     ids = np.zeros((B, L), np.int32)
     cuts = np.cumsum([5, 30, 200, 7, 1, 90, 300, 2, 60])
@@ -102,6 +104,7 @@ def test_small_mma_seq_idx_orders(W, cl):
     ids[3] = np.searchsorted([511, 512, 640, 641, 1023, 1024], np.arange(L), side="right")
     ids[4] = np.arange(L) // 100 % 3  # ids that return
     ids[5] = (np.arange(L) + (W + 6) // 8 * 8) // 128  # boundaries at the tiles' window edges
+    ids[6] = np.searchsorted([513 - W, 514 - W, 1025 - W, 1030], np.arange(L), side="right")
     conv = functools.partial(jcc.causal_conv1d, channels_last=cl, backend="ffi", seq_idx=jnp.asarray(ids))
     cf = functools.partial(swap_layout, cl=cl)
     for h in (None, init):

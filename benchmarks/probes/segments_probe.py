@@ -4,10 +4,13 @@ Device time (profiler: the GPU's busy time per call, over 10 calls) of the
 forward and of the backward (a vjp, whose unused forward XLA drops) at
 (8, 4096, 4096) bf16, bias + SiLU, for dense and for seq_idx rows of: one
 sequence (every step plain, no masks), one sequence with the matrix's
-padded tail, the matrix's 8 segments with the padded tail, and 64
-segments. If one sequence already costs what 8 do, the masked steps are
-not the gap; the kernels' structure is. From the repository root on a GPU machine:
-    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl]"""
+padded tail, the matrix's 8 segments with the padded tail, 64 and 512
+segments (8 steps each: every output's window crosses a change once W > 8).
+If one sequence already costs what 8 do, the masked steps are not the gap;
+the kernels' structure is. `fwd` times the forward only; the last column
+is the jitted XLA shifted sum (jax_causal_conv.reference) of the same call.
+From the repository root on a GPU machine:
+    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl] [fwd]"""
 import sys
 
 if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
@@ -19,12 +22,14 @@ import jax.numpy as jnp
 import numpy as np
 
 import jax_causal_conv as jcc
+from jax_causal_conv import reference
 from benchmarks import matrix_cells as mc
 from benchmarks.timing import device_busy_us
 
 B, D, L = 8, 4096, 4096
 widths = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [4, 8, 16]
-cl = sys.argv[2:3] == ["cl"]
+cl = "cl" in sys.argv[2:]
+fwd_only = "fwd" in sys.argv[2:]
 rng = np.random.default_rng(0)
 
 
@@ -36,7 +41,8 @@ IDS = {"dense": None,
        "1 segment": rows(1, 0.0),
        "1 + pad": rows(1, mc.PAD_FRACTION),
        "8 + pad (matrix)": rows(8, mc.PAD_FRACTION),
-       "64 + pad": rows(64, mc.PAD_FRACTION)}
+       "64 + pad": rows(64, mc.PAD_FRACTION),
+       "512 + pad": rows(512, mc.PAD_FRACTION)}
 
 
 x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), jnp.bfloat16)
@@ -45,8 +51,8 @@ x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), jnp.bfloat1
 g = jnp.asarray(rng.standard_normal(x.shape), jnp.bfloat16)
 print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, ({B}, {D}, {L}) bf16, "
       f"{'channels-last' if cl else 'channels-first'}, bias + SiLU; device µs per call")
-print("| W | ids | forward | backward | forward / dense | backward / dense |")
-print("|---:|---|---:|---:|---:|---:|")
+print("| W | ids | forward | backward | forward / dense | backward / dense | XLA forward |")
+print("|---:|---|---:|---:|---:|---:|---:|")
 for W in widths:
     w = jnp.asarray(rng.standard_normal((D, W)) / 2, jnp.bfloat16)
     b = jnp.asarray(rng.standard_normal((D,)), jnp.bfloat16)
@@ -55,7 +61,12 @@ for W in widths:
         conv = lambda x, w, b, s=s: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s,
                                                        channels_last=cl, backend="ffi")
         fwd = jax.jit(conv)
+        xla = jax.jit(lambda x, w, b, s=s: reference.causal_conv1d(x, w, b, activation="silu", seq_idx=s,
+                                                                   channels_last=cl))
         bwd = jax.jit(lambda x, w, b, g, conv=conv: jax.vjp(conv, x, w, b)[1](g))
-        tf, tb = device_busy_us(fwd, x, w, b), device_busy_us(bwd, x, w, b, g)
+        tf = device_busy_us(fwd, x, w, b)
+        tb = float("nan") if fwd_only else device_busy_us(bwd, x, w, b, g)
         base = base or (tf, tb)
-        print(f"| {W} | {name} | {tf:.1f} | {tb:.1f} | {tf / base[0]:.2f} | {tb / base[1]:.2f} |", flush=True)
+        tx = device_busy_us(xla, x, w, b)  # (the jitted XLA shifted sum, the same masks)
+        print(f"| {W} | {name} | {tf:.1f} | {tb:.1f} | {tf / base[0]:.2f} | {tb / base[1]:.2f} | {tx:.1f} |",
+              flush=True)
