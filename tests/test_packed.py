@@ -150,6 +150,46 @@ def test_gradients_follow_the_masks():
     assert np.any(np.asarray(jax.jacrev(lambda h: f(x, h)[0, :, 0])(h)) != 0)
 
 
+@pytest.mark.on_cpu  # (float64)
+@pytest.mark.parametrize("backend", ["ffi", "xla"])
+@pytest.mark.parametrize("W", [1, 4, 17])
+@pytest.mark.parametrize("cl", [False, True])
+def test_nonfinite_padding_reaches_nothing(backend, W, cl):
+    """An Inf or NaN in the padding's inputs (uninitialized padding, say)
+    changes no output and no gradient: with it and with zeros there, the
+    values and the gradients of x, weight, bias and the initial states are
+    the same, and finite (the XLA path once masked the products, not the
+    inputs, and its weight gradient turned NaN)."""
+    rng = np.random.default_rng(W + 10 * cl)
+    B, D, L = 2, 5, 90
+    ids = np.zeros((B, L), np.int32)
+    ids[:, 30:] = 1
+    ids[:, 40:47] = -1  # padding in the middle
+    ids[:, 47:] = 2
+    ids[:, -9:] = -1   # and at the tail
+    ids[1, :6] = -1    # and leading
+    x, w, b, _, h = _inputs(rng, B, D, L, W, jnp.float64, True, False, True)
+    w, b = w.astype(jnp.float64), b.astype(jnp.float64)
+    if cl:
+        x, h = jnp.swapaxes(x, 1, 2), jnp.swapaxes(h, 1, 2)
+    pad = np.broadcast_to((ids < 0)[:, :, None] if cl else (ids < 0)[:, None, :], x.shape)
+    bad = np.where(pad, np.where(np.arange(pad.size).reshape(pad.shape) % 2, np.inf, np.nan), np.asarray(x))
+    zero = np.where(pad, 0.0, np.asarray(x))
+    s = jnp.asarray(ids)
+    g = jnp.asarray(rng.standard_normal(x.shape))
+
+    def loss(x, w, b, h):
+        y = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s, initial_states=h if W > 1 else None,
+                              channels_last=cl, backend=backend)
+        return jnp.sum(y * g)
+
+    got = jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(jnp.asarray(bad), w, b, h)
+    want = jax.value_and_grad(loss, argnums=(0, 1, 2, 3))(jnp.asarray(zero), w, b, h)
+    for a, e in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        assert np.isfinite(np.asarray(a)).all()
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-12, atol=1e-12)
+
+
 def _random_ids(rng, B, L, pad_tail, pad_middle, increasing):
     ids = rng.integers(0, 4, (B, L))
     if increasing:

@@ -32,22 +32,25 @@ def _conv_taps(xp, weight, bias, L, mask=None):
     if bias is not None:
         acc = acc + bias.astype(xp.dtype)[:, None]
     for k in range(W):
-        term = weight[:, k, None].astype(xp.dtype) * xp[..., k : k + L]
-        if mask is not None:
-            term = jnp.where(mask[k], term, 0)
-        acc = acc + term
+        xs = xp[..., k : k + L]
+        if mask is not None:  # (the inputs masked, not the products: no 0 * Inf in the gradients)
+            xs = jnp.where(mask[k], xs, 0)
+        acc = acc + weight[:, k, None].astype(xp.dtype) * xs
     return acc
 
 
 def _seq_masks(seq_idx, L, W, has_init):
     """Per tap k, (B, L): whether the input tap k of output t reads (at
     t' = t - (W-1) + k) has t's id; the W-1 history positions t' < 0 carry
-    seq_idx[:, 0] with initial states and count as zeros without."""
+    seq_idx[:, 0] with initial states and count as zeros without. A padding
+    output reads none (its output is 0 anyway; so an Inf or NaN in padding
+    reaches no gradient either)."""
     H = W - 1
     hist_id = jnp.broadcast_to(seq_idx[:, :1], (seq_idx.shape[0], H))
     ids = jnp.concatenate([hist_id, seq_idx], axis=1)      # id of every xp position
     valid = jnp.arange(L + H) >= (0 if has_init else H)   # positions that may count
-    return [((ids[:, k : k + L] == seq_idx) & valid[k : k + L])[:, None, :] for k in range(W)]
+    live = seq_idx >= 0
+    return [((ids[:, k : k + L] == seq_idx) & valid[k : k + L] & live)[:, None, :] for k in range(W)]
 
 
 def _seq_final_states(xp, seq_idx, H, has_init):
