@@ -168,6 +168,30 @@ def test_small_wide_family_spans(dtype, W, cl):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [4, 17, 40])
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_seq_idx_nonfinite_padding(dtype, W, cl):
+    """Inf and NaN inputs in padding (leading, in the middle over a span
+    edge, at the tail) reach no output and no gradient: forward and
+    gradients finite and as the CPU kernels'."""
+    rng = np.random.default_rng(W + 3 * cl)
+    B, D, L = 2, 16, 5000
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
+    ids = np.broadcast_to(np.arange(L) // 700, (B, L)).astype(np.int32)
+    ids[:, 4000:4200] = -1
+    ids[:, -45:] = -1
+    ids[1, :30] = -1
+    pad = (ids < 0)[:, :, None] if cl else (ids < 0)[:, None, :]
+    odd = (np.arange(x.size).reshape(x.shape) % 2).astype(bool)
+    x = jnp.asarray(np.where(np.broadcast_to(pad, x.shape), np.where(odd, np.inf, np.nan),
+                             np.asarray(x, np.float32)), x.dtype)
+    sidx = jnp.asarray(ids)
+    f = lambda x, w, b, h: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                                             return_final_states=True, channels_last=cl, backend="ffi")
+    check(grads(f, (0, 1, 2, 3)), (x, w, b, init), dtype, "non-finite padding")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [2, 4, 5, 8, 17])
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_packed_edge_table(dtype, W, cl):
