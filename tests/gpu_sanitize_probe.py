@@ -12,6 +12,8 @@ faulty kernel then hides only the cases after it in its own part. `wide`
 keeps only the convolutions at W > 12 (both wide families, the tensor-core
 forwards and the tile family's wide widths), for the slower racecheck and synccheck;
 `--cases` runs the cases of those indices into CASES (the order they are added in).
+`PROBE_DTYPES=bfloat16,float32` keeps only the cases of those dtypes (and
+those that name none: a development build of fewer dtypes).
 `PROBE_WALK=only` keeps only the two large walk cases, `PROBE_WALK=skip` all
 but them (initcheck takes minutes on them unless filtered to our streaming
 kernels: `compute-sanitizer --tool initcheck --kernel-name kns=Stream`).
@@ -322,6 +324,10 @@ for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 8, 2056), 13, False, "plai
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]
+if os.environ.get("PROBE_DTYPES"):
+    _kept = set(os.environ["PROBE_DTYPES"].split(","))
+    mine = [(w, f) for w, f in mine
+            if not any(v in ("float32", "float16", "bfloat16") and v not in _kept for v in w)]
 if os.environ.get("PROBE_WALK") in ("only", "skip"):
     mine = [(w, f) for w, f in mine if (w[0] == "walk") == (os.environ["PROBE_WALK"] == "only")]
 for i, (what, fn) in enumerate(mine):
