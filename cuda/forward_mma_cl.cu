@@ -18,10 +18,33 @@
 namespace jcc::cuda {
 namespace {
 
+// The output columns in ys (row s of channel w at ys[w * kCol + s]): a
+// lane's pairs of steps (MmaLaneFirst) go in as 8-byte words, a half-warp's
+// 32 consecutive words, with no skew; a column stride of 2 words mod 4 puts
+// the two 8-channel pieces of a row that StoreWideClRows's neighbouring
+// threads read on different banks.
+struct MmaClCols {
+  static constexpr int kCol = kWideChunk + 2;
+  __device__ static int At(int s) { return s; }
+};
+
+// Whether a kernel takes the conflict-free layouts (the swizzled raw rows,
+// MmaClCols), by measurement (docs/performance-log.md, twenty-ninth
+// session): they gain in the groups of 16, in the masked groups of 8 at 3,
+// 5 and 17 k-steps and in the dense ones at 9 and 17; the dense groups of 8
+// at 5 k-steps and the masked ones at 9 were slower with them, for a reason
+// not found (their registers are the same either way). The dense groups of
+// 8 at 3 k-steps (dim not a multiple of 16) are not measured and keep the
+// plain layouts.
+template <int kCh, bool kMasked, int kNK>
+constexpr bool kMmaClSwizzle = kCh == 16 || (kMasked ? kNK <= 5 || kNK == 17 : kNK >= 9);
+template <bool kSwizzle>
+using MmaClColsOf = std::conditional_t<kSwizzle, MmaClCols, WideClRunCols>;
+
 // A block's shared memory in bytes: the raw rows (rx, kMmaStages chunks of
 // them), each warp's channel row (xc, 16-bit), the output columns (ys),
 // masked the ids of the staged steps (ids).
-template <int kCh>
+template <int kCh, bool kSwizzle>
 struct MmaClSmem {
   int n, rx, xc, ys, ids, bytes;
   __host__ __device__ MmaClSmem(int W, int elem_bytes, bool masked) {
@@ -29,7 +52,7 @@ struct MmaClSmem {
     rx = 0;
     xc = rx + kMmaStages * n * kCh * elem_bytes;
     ys = xc + kCh * n * elem_bytes;
-    ids = ys + kCh * kWideClCol * 4;
+    ids = ys + kCh * MmaClColsOf<kSwizzle>::kCol * 4;
     bytes = ids + (masked ? n * 4 : 0);
   }
 };
@@ -45,10 +68,11 @@ __device__ __forceinline__ int4 LoadMmaClIds(const ConvArgs& a, int64_t b, int64
   return __ldg(reinterpret_cast<const int4*>(a.seq_idx + b * a.len + t));
 }
 
-// Raw rows i < n (steps o + i; pairs of them per thread) into the channel
-// rows xc + c * n as pairs, a 16-byte word of each row at a time; before
-// step 0 the initial states (or zeros).
-template <typename T, int kCh>
+// Raw rows i < n (steps o + i; pairs of them per thread; the pieces where
+// IssueWideClRows swizzled them) into the channel rows xc + c * n as pairs,
+// a 16-byte word of each row at a time; before step 0 the initial states
+// (or zeros).
+template <typename T, int kCh, bool kSwizzle>
 __device__ __forceinline__ void TransposeMmaClRows(const ConvArgs& a, const T* raw, int64_t b, int64_t g, int64_t o,
                                                    int n, T* xc) {
   constexpr int N = 16 / int(sizeof(T)), kWords = kCh / N;  // elements per 16-byte word, words per row
@@ -61,7 +85,8 @@ __device__ __forceinline__ void TransposeMmaClRows(const ConvArgs& a, const T* r
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (t + r >= 0) {
-          *reinterpret_cast<uint4*>(e[r]) = reinterpret_cast<const uint4*>(raw)[(2 * p + r) * kWords + v];
+          const int q = kSwizzle ? WideClSwizzled((2 * p + r) * kWords + v) : (2 * p + r) * kWords + v;
+          *reinterpret_cast<uint4*>(e[r]) = reinterpret_cast<const uint4*>(raw)[q];
         } else {
           const int64_t j = t + r + a.width - 1;  // the state's slot
 #pragma unroll
@@ -81,11 +106,13 @@ template <typename T, int kNK, int kCh, bool kMasked>
 __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
     FwdMmaClKernel(const ConvArgs a, int64_t spans_per_row) {
   static_assert(!kMasked || (kWideChunk + 256 + 16) / 4 <= 32 * kCh, "a word of ids a thread");
+  constexpr bool kSwz = kMmaClSwizzle<kCh, kMasked, kNK>;
+  using Cols = MmaClColsOf<kSwz>;
   extern __shared__ float4 smem_raw[];
   const WideClPlace pl = LocateWideCl<kCh>(a, spans_per_row);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int W = int(a.width), P = MmaHalo(W), nk = MmaKSteps(W);
-  const MmaClSmem<kCh> sm(W, int(sizeof(T)), kMasked);
+  const MmaClSmem<kCh, kSwz> sm(W, int(sizeof(T)), kMasked);
   char* block = reinterpret_cast<char*>(smem_raw);
   T* rx = reinterpret_cast<T*>(block + sm.rx);
   T* xc = reinterpret_cast<T*>(block + sm.xc);
@@ -101,7 +128,7 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
   const int64_t wrow = WeightRow(a, b, d);
   const float bias = a.bias ? LoadAnyF(a.bias, a.b_dtype, wrow) : 0.f;
   const T* mine = xc + warp * sm.n + MmaLaneRow(lane);
-  float* col = ys + warp * kWideClCol;
+  float* col = ys + warp * Cols::kCol;
   const int first = MmaLaneFirst(lane);
   const int32_t hist = kMasked ? HistoryId(a, b) : 0;
   int4 next_ids;  // (masked) this thread's word of the next chunk's ids
@@ -113,7 +140,7 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
   auto rows = [&](int64_t ci) { return rx + int(ci - pl.first_chunk) % kMmaStages * sm.n * kCh; };
   auto issue = [&](int64_t ci) {
     if (ci < end)
-      IssueWideClRows<T, kCh>(a, x, b, g, ci * kWideChunk - P, sm.n, rows(ci));
+      IssueWideClRows<T, kCh, kSwz>(a, x, b, g, ci * kWideChunk - P, sm.n, rows(ci));
     else
       CpAsyncCommit();
   };
@@ -127,8 +154,8 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
       if (4 * int(threadIdx.x) < sm.n) reinterpret_cast<int4*>(ids)[threadIdx.x] = next_ids;
       if (ci + 1 < end) next_ids = LoadMmaClIds(a, b, c0 + kWideChunk - P, sm.n, hist);
     }
-    if (ci > pl.first_chunk) StoreWideClRows<T, kCh, 8>(a, y, res, b, g, c0 - kWideChunk, ys);
-    TransposeMmaClRows<T, kCh>(a, rows(ci), b, g, c0 - P, sm.n, xc);
+    if (ci > pl.first_chunk) StoreWideClRows<T, kCh, 8, Cols>(a, y, res, b, g, c0 - kWideChunk, ys);
+    TransposeMmaClRows<T, kCh, kSwz>(a, rows(ci), b, g, c0 - P, sm.n, xc);
     __syncthreads();  // the channel rows (and ids) are in; ys is free again
     const T* row = xc + warp * sm.n;  // this warp's channel row
     // tile u's outputs of this lane (acc as MmaTile gives them) to the column
@@ -136,7 +163,7 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // (padding: exactly 0 before the residual)
         const int s = kMmaTile * u + first + 64 * h;
-        *reinterpret_cast<float2*>(col + WideClOut(s)) =
+        *reinterpret_cast<float2*>(col + Cols::At(s)) =
             make_float2(live[2 * h] ? Activate(acc[2 * h] + bias, silu) : 0.f,
                         live[2 * h + 1] ? Activate(acc[2 * h + 1] + bias, silu) : 0.f);
       }
@@ -181,13 +208,19 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
     }
   }
   __syncthreads();
-  StoreWideClRows<T, kCh, 8>(a, y, res, b, g, (end - 1) * kWideChunk, ys);
+  StoreWideClRows<T, kCh, 8, Cols>(a, y, res, b, g, (end - 1) * kWideChunk, ys);
 }
 
 // Groups of 16 channels where they divide dim and two blocks of them fit an
 // SM's shared memory and registers (W <= 40), one sequence per row (with the
 // ids, two blocks of 16 fit only up to W = 32; seq_idx keeps groups of 8
 // until a 16-channel masked kernel is measured), else groups of kWideClCh.
+// The kernel's dynamic shared memory in bytes.
+template <typename T, int kNK, int kCh, bool kMasked>
+size_t MmaClSmemBytes(int W) {
+  return size_t(MmaClSmem<kCh, kMmaClSwizzle<kCh, kMasked, kNK>>(W, int(sizeof(T)), kMasked).bytes);
+}
+
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
   const int W = int(a.width);
@@ -197,12 +230,13 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
     if constexpr (kNK <= 3) {
       if (a.dim % 16 == 0 && !masked)
         return LaunchWithSmem(FwdMmaClKernel<T, kNK, 16, false>, WideClBlocks<16>(a, spans_per_row), 32 * 16,
-                              size_t(MmaClSmem<16>(W, int(sizeof(T)), false).bytes), 0, stream, a, spans_per_row);
+                              MmaClSmemBytes<T, kNK, 16, false>(W), 0, stream, a, spans_per_row);
     }
     return LaunchWithSmem(masked ? FwdMmaClKernel<T, kNK, kWideClCh, true> : FwdMmaClKernel<T, kNK, kWideClCh, false>,
                           WideClBlocks(a, spans_per_row), kWideClThreads,
-                          size_t(MmaClSmem<kWideClCh>(W, int(sizeof(T)), masked).bytes), 0, stream, a,
-                          spans_per_row);
+                          masked ? MmaClSmemBytes<T, kNK, kWideClCh, true>(W)
+                                 : MmaClSmemBytes<T, kNK, kWideClCh, false>(W),
+                          0, stream, a, spans_per_row);
   });
 }
 

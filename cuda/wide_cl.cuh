@@ -25,6 +25,17 @@ constexpr int kWideClThreads = 32 * kWideClCh;
 // as 4 conflict-free 16-byte words; the rows are read conflict-free).
 __host__ __device__ constexpr int WideClOut(int s) { return s + 4 * (s >> 4); }
 constexpr int kWideClCol = WideClOut(kWideChunk);
+// That layout as StoreWideClRows takes it (the tensor-core forward has its own).
+struct WideClRunCols {
+  static constexpr int kCol = kWideClCol;
+  __device__ static int At(int s) { return WideClOut(s); }
+};
+
+// Where the raw rows' 16-byte piece q lies (in pieces) when IssueWideClRows
+// swizzles: XORed with the index of its 128-byte line (mod 8), a permutation
+// inside each line, so that 8 threads reading pieces 2 or 4 apart (the
+// tensor-core forward's transposition) hit 8 different banks' words.
+__host__ __device__ constexpr int WideClSwizzled(int q) { return q ^ ((q >> 3) & 7); }
 
 // A block's shared memory, in 4-byte words: per warp (warp_words each) the
 // x window (xs), and backward the g buffer (gs), the dy of the chunk's and
@@ -80,10 +91,12 @@ __host__ __device__ __forceinline__ int64_t WideClBlocks(const ConvArgs& a, int6
 }
 
 // Starts the copies of the group's rows of steps o .. o + n of src (a
-// channels-last tensor like y) into raw[i * kCh ..]; zeros past the row's
-// end; steps before 0 are left to ConvertWideClRows. (A block of kCh warps;
-// consecutive threads copy the consecutive 16-byte pieces of a row.)
-template <typename T, int kCh = kWideClCh>
+// channels-last tensor like y) into raw[i * kCh ..] (the 16-byte pieces
+// moved by WideClSwizzled where kSwizzle: n * kCh / 64 whole 128-byte lines);
+// zeros past the row's end; steps before 0 are left to the caller. (A block
+// of kCh warps; consecutive threads copy the consecutive 16-byte pieces of a
+// row.)
+template <typename T, int kCh = kWideClCh, bool kSwizzle = false>
 __device__ __forceinline__ void IssueWideClRows(const ConvArgs& a, const T* src, int64_t b, int64_t g, int64_t o,
                                                 int n, T* raw) {
   constexpr int N = 16 / int(sizeof(T)), P = kCh / N;  // elements, pieces per row
@@ -91,7 +104,9 @@ __device__ __forceinline__ void IssueWideClRows(const ConvArgs& a, const T* src,
   for (int q = threadIdx.x; q < n * P; q += 32 * kCh) {
     const int i = q / P, piece = q - i * P;
     const int64_t t = o + i;
-    if (t >= 0) CpAsync<16>(raw + q * N, t < a.len ? row0 + t * a.dim + piece * N : row0, t < a.len);
+    if (t >= 0)
+      CpAsync<16>(raw + (kSwizzle ? WideClSwizzled(q) : q) * N, t < a.len ? row0 + t * a.dim + piece * N : row0,
+                  t < a.len);
   }
   CpAsyncCommit();
 }
@@ -153,10 +168,11 @@ __device__ __forceinline__ void PutWideClRun(float* ys, const float (&v)[kWideR]
 }
 
 // The chunk's rows (steps c0 + s, up to the row's end) to dst as whole rows
-// of the group's channels, plus the residual's when res.
+// of the group's channels, plus the residual's when res; row s of channel w
+// at ys[w * Out::kCol + Out::At(s)].
 // (A block of kCh warps, a thread per kPiece channels of a row: consecutive
 // threads store a row's consecutive pieces.)
-template <typename T, int kCh = kWideClCh, int kPiece = kCh>
+template <typename T, int kCh = kWideClCh, int kPiece = kCh, typename Out = WideClRunCols>
 __device__ __forceinline__ void StoreWideClRows(const ConvArgs& a, T* dst, const T* res, int64_t b, int64_t g,
                                                 int64_t c0, const float* ys) {
   constexpr int P = kCh / kPiece;  // pieces per row
@@ -167,7 +183,7 @@ __device__ __forceinline__ void StoreWideClRows(const ConvArgs& a, T* dst, const
     const int64_t o = io.At(b, g * kCh + c1, c0 + s);
     float v[kPiece], r[kPiece];
 #pragma unroll
-    for (int c = 0; c < kPiece; ++c) v[c] = ys[(c1 + c) * kWideClCol + WideClOut(s)];
+    for (int c = 0; c < kPiece; ++c) v[c] = ys[(c1 + c) * Out::kCol + Out::At(s)];
     if (res) {
       LoadVec<T, kPiece>(res + o, r);
 #pragma unroll
