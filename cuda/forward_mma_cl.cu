@@ -211,16 +211,16 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
   StoreWideClRows<T, kCh, 8, Cols>(a, y, res, b, g, (end - 1) * kWideChunk, ys);
 }
 
-// Groups of 16 channels where they divide dim and two blocks of them fit an
-// SM's shared memory and registers (W <= 40), one sequence per row (with the
-// ids, two blocks of 16 fit only up to W = 32; seq_idx keeps groups of 8
-// until a 16-channel masked kernel is measured), else groups of kWideClCh.
 // The kernel's dynamic shared memory in bytes.
 template <typename T, int kNK, int kCh, bool kMasked>
 size_t MmaClSmemBytes(int W) {
   return size_t(MmaClSmem<kCh, kMmaClSwizzle<kCh, kMasked, kNK>>(W, int(sizeof(T)), kMasked).bytes);
 }
 
+// Groups of 16 channels where they divide dim and two blocks of them fit an
+// SM's shared memory and registers (W <= 40), one sequence per row (with the
+// ids, two blocks of 16 fit only up to W = 32; seq_idx keeps groups of 8
+// until a 16-channel masked kernel is measured), else groups of kWideClCh.
 template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t stream) {
   const int W = int(a.width);
