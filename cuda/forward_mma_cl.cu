@@ -41,19 +41,22 @@ constexpr bool kMmaClSwizzle = kCh == 16 || (kMasked ? kNK <= 5 || kNK == 17 : k
 template <bool kSwizzle>
 using MmaClColsOf = std::conditional_t<kSwizzle, MmaClCols, WideClRunCols>;
 
-// A block's shared memory in bytes: the raw rows (rx, kMmaStages chunks of
-// them), each warp's channel row (xc, 16-bit), the output columns (ys),
-// masked the ids of the staged steps (ids).
-template <int kCh, bool kSwizzle>
+// A kernel's shared memory in bytes: the raw rows (rx, kMmaStages chunks of
+// them), each warp's channel row (xc, 16-bit), the output columns (ys, laid
+// out as Cols), masked the ids of the staged steps (ids); the layouts the
+// kernel takes (kSwizzle, Cols) decided here once for it and its launch.
+template <int kNK, int kCh, bool kMasked>
 struct MmaClSmem {
+  static constexpr bool kSwizzle = kMmaClSwizzle<kCh, kMasked, kNK>;
+  using Cols = MmaClColsOf<kSwizzle>;
   int n, rx, xc, ys, ids, bytes;
-  __host__ __device__ MmaClSmem(int W, int elem_bytes, bool masked) {
+  __host__ __device__ MmaClSmem(int W, int elem_bytes) {
     n = MmaBufElems(W);
     rx = 0;
     xc = rx + kMmaStages * n * kCh * elem_bytes;
     ys = xc + kCh * n * elem_bytes;
-    ids = ys + kCh * MmaClColsOf<kSwizzle>::kCol * 4;
-    bytes = ids + (masked ? n * 4 : 0);
+    ids = ys + kCh * Cols::kCol * 4;
+    bytes = ids + (kMasked ? n * 4 : 0);
   }
 };
 
@@ -85,7 +88,7 @@ __device__ __forceinline__ void TransposeMmaClRows(const ConvArgs& a, const T* r
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         if (t + r >= 0) {
-          const int q = kSwizzle ? WideClSwizzled((2 * p + r) * kWords + v) : (2 * p + r) * kWords + v;
+          const int q = WideClPiece<kSwizzle>((2 * p + r) * kWords + v);
           *reinterpret_cast<uint4*>(e[r]) = reinterpret_cast<const uint4*>(raw)[q];
         } else {
           const int64_t j = t + r + a.width - 1;  // the state's slot
@@ -106,13 +109,14 @@ template <typename T, int kNK, int kCh, bool kMasked>
 __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
     FwdMmaClKernel(const ConvArgs a, int64_t spans_per_row) {
   static_assert(!kMasked || (kWideChunk + 256 + 16) / 4 <= 32 * kCh, "a word of ids a thread");
-  constexpr bool kSwz = kMmaClSwizzle<kCh, kMasked, kNK>;
-  using Cols = MmaClColsOf<kSwz>;
+  using Smem = MmaClSmem<kNK, kCh, kMasked>;
+  constexpr bool kSwz = Smem::kSwizzle;
+  using Cols = typename Smem::Cols;
   extern __shared__ float4 smem_raw[];
   const WideClPlace pl = LocateWideCl<kCh>(a, spans_per_row);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int W = int(a.width), P = MmaHalo(W), nk = MmaKSteps(W);
-  const MmaClSmem<kCh, kSwz> sm(W, int(sizeof(T)), kMasked);
+  const Smem sm(W, int(sizeof(T)));
   char* block = reinterpret_cast<char*>(smem_raw);
   T* rx = reinterpret_cast<T*>(block + sm.rx);
   T* xc = reinterpret_cast<T*>(block + sm.xc);
@@ -211,12 +215,6 @@ __global__ void __launch_bounds__(32 * kCh, kCh == 16 ? 2 : kNK <= 5 ? 3 : 2)
   StoreWideClRows<T, kCh, 8, Cols>(a, y, res, b, g, (end - 1) * kWideChunk, ys);
 }
 
-// The kernel's dynamic shared memory in bytes.
-template <typename T, int kNK, int kCh, bool kMasked>
-size_t MmaClSmemBytes(int W) {
-  return size_t(MmaClSmem<kCh, kMmaClSwizzle<kCh, kMasked, kNK>>(W, int(sizeof(T)), kMasked).bytes);
-}
-
 // Groups of 16 channels where they divide dim and two blocks of them fit an
 // SM's shared memory and registers (W <= 40), one sequence per row (with the
 // ids, two blocks of 16 fit only up to W = 32; seq_idx keeps groups of 8
@@ -230,12 +228,12 @@ cudaError_t LaunchT(const ConvArgs& a, int64_t spans_per_row, cudaStream_t strea
     if constexpr (kNK <= 3) {
       if (a.dim % 16 == 0 && !masked)
         return LaunchWithSmem(FwdMmaClKernel<T, kNK, 16, false>, WideClBlocks<16>(a, spans_per_row), 32 * 16,
-                              MmaClSmemBytes<T, kNK, 16, false>(W), 0, stream, a, spans_per_row);
+                              size_t(MmaClSmem<kNK, 16, false>(W, int(sizeof(T))).bytes), 0, stream, a, spans_per_row);
     }
     return LaunchWithSmem(masked ? FwdMmaClKernel<T, kNK, kWideClCh, true> : FwdMmaClKernel<T, kNK, kWideClCh, false>,
                           WideClBlocks(a, spans_per_row), kWideClThreads,
-                          masked ? MmaClSmemBytes<T, kNK, kWideClCh, true>(W)
-                                 : MmaClSmemBytes<T, kNK, kWideClCh, false>(W),
+                          size_t(masked ? MmaClSmem<kNK, kWideClCh, true>(W, int(sizeof(T))).bytes
+                                        : MmaClSmem<kNK, kWideClCh, false>(W, int(sizeof(T))).bytes),
                           0, stream, a, spans_per_row);
   });
 }

@@ -36,6 +36,10 @@ struct WideClRunCols {
 // inside each line, so that 8 threads reading pieces 2 or 4 apart (the
 // tensor-core forward's transposition) hit 8 different banks' words.
 __host__ __device__ constexpr int WideClSwizzled(int q) { return q ^ ((q >> 3) & 7); }
+// Where piece q lies, swizzled or not (IssueWideClRows writes it there, the
+// reader finds it there).
+template <bool kSwizzle>
+__host__ __device__ constexpr int WideClPiece(int q) { return kSwizzle ? WideClSwizzled(q) : q; }
 
 // A block's shared memory, in 4-byte words: per warp (warp_words each) the
 // x window (xs), and backward the g buffer (gs), the dy of the chunk's and
@@ -105,7 +109,7 @@ __device__ __forceinline__ void IssueWideClRows(const ConvArgs& a, const T* src,
     const int i = q / P, piece = q - i * P;
     const int64_t t = o + i;
     if (t >= 0)
-      CpAsync<16>(raw + (kSwizzle ? WideClSwizzled(q) : q) * N, t < a.len ? row0 + t * a.dim + piece * N : row0,
+      CpAsync<16>(raw + WideClPiece<kSwizzle>(q) * N, t < a.len ? row0 + t * a.dim + piece * N : row0,
                   t < a.len);
   }
   CpAsyncCommit();
