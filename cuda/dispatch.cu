@@ -103,7 +103,10 @@ int CurrentDeviceSms(cudaError_t* err) {
   return sms;
 }
 
-ForwardPlan PlanForward(const ConvArgs& a) {
+namespace {
+
+// The family that runs a forward, with its launch geometry.
+ForwardPlan PlanForwardFamily(const ConvArgs& a) {
   ForwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
   const bool rows = VectorRowsFit(a, a.residual, a.y);
@@ -131,6 +134,28 @@ ForwardPlan PlanForward(const ConvArgs& a) {
   return p;
 }
 
+// The families whose seq_idx forward runs as their dense one, then
+// FixSeqIdxForward over the outputs near an id change and the padding ones:
+// packed rows of a few segments leave a few percent of the outputs to redo,
+// where the tensor-core forwards' masked tile loops cost about twice their
+// dense ones (docs/performance-log.md, twenty-eighth session).
+bool SeqFixFamily(ForwardPlan::Family f) { return f == ForwardPlan::kMma || f == ForwardPlan::kMmaCl; }
+
+}  // namespace
+
+ForwardPlan PlanForward(const ConvArgs& a) {
+  if (a.mode == SegmentMode::kSeqIdx && a.width <= 257) {  // (FixSeqIdxForward's bound)
+    ConvArgs dense = a;
+    dense.mode = SegmentMode::kRow;
+    ForwardPlan p = PlanForwardFamily(dense);
+    if (SeqFixFamily(p.family)) {
+      p.seq_fix = true;
+      return p;
+    }
+  }
+  return PlanForwardFamily(a);
+}
+
 BackwardPlan PlanBackward(const ConvArgs& a) {
   BackwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
@@ -153,17 +178,21 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
 cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
   if (a.x_dtype == DType::kF64) return cudaErrorNotSupported;  // (float64 is CPU-only)
   const ForwardPlan p = PlanForward(a);
+  ConvArgs dense = a;  // (seq_fix: the family's dense forward first)
+  if (p.seq_fix) dense.mode = SegmentMode::kRow;
+  const ConvArgs& f = p.seq_fix ? dense : a;
   cudaError_t err = cudaSuccess;
   switch (p.family) {
-    case ForwardPlan::kStream: err = ForwardStream(a, p, stream); break;
-    case ForwardPlan::kMma: err = ForwardMma(a, p, stream); break;
-    case ForwardPlan::kWide: err = ForwardWide(a, p, stream); break;
-    case ForwardPlan::kMmaCl: err = ForwardMmaCl(a, p, stream); break;
-    case ForwardPlan::kWideCl: err = ForwardWideCl(a, p, stream); break;
-    case ForwardPlan::kClRow: err = ForwardClRow(a, p, stream); break;
-    case ForwardPlan::kTile: err = ForwardTile(a, stream); break;
+    case ForwardPlan::kStream: err = ForwardStream(f, p, stream); break;
+    case ForwardPlan::kMma: err = ForwardMma(f, p, stream); break;
+    case ForwardPlan::kWide: err = ForwardWide(f, p, stream); break;
+    case ForwardPlan::kMmaCl: err = ForwardMmaCl(f, p, stream); break;
+    case ForwardPlan::kWideCl: err = ForwardWideCl(f, p, stream); break;
+    case ForwardPlan::kClRow: err = ForwardClRow(f, p, stream); break;
+    case ForwardPlan::kTile: err = ForwardTile(f, stream); break;
     case ForwardPlan::kNone: break;
   }
+  if (err == cudaSuccess && p.seq_fix) err = FixSeqIdxForward(a, stream);
   if (err != cudaSuccess) return err;
   return FinalStates(a, stream);
 }

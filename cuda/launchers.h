@@ -15,6 +15,9 @@
 //     tensor cores;
 //   kMmaCl (forward_mma_cl.cu): forward only, kWideCl's problems of 16-bit
 //     x (W > 16), summed on tensor cores;
+//   (both tensor-core forwards take seq_idx as their dense kernel plus
+//     forward_seq_fix.cu, which writes the outputs near an id change and
+//     the padding ones again);
 //   kWide (forward_wide.cu, backward_wide.cu, wide.cuh, wide_cf.cuh): the same rows,
 //     W > 16 at a run-time width;
 //   kWideCl (forward_wide_cl.cu, backward_wide_cl.cu, wide_cl.cuh):
@@ -62,6 +65,8 @@ struct ForwardPlan {
   enum Family { kNone, kStream, kMma, kWide, kMmaCl, kWideCl, kClRow, kTile } family = kNone;
   int64_t spans_per_row = 0;  // kStream: warp spans per row; kMma(Cl), kWide(Cl): spans per row
   int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx)
+  // seq_idx run as the family's dense forward, then FixSeqIdxForward
+  bool seq_fix = false;
 };
 
 struct BackwardPlan {
@@ -85,6 +90,8 @@ cudaError_t ForwardWide(const ConvArgs& a, const ForwardPlan& p, cudaStream_t st
 cudaError_t ForwardWideCl(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardClRow(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardTile(const ConvArgs& a, cudaStream_t stream);
+// seq_idx: the outputs a dense forward got wrong (forward_seq_fix.cu)
+cudaError_t FixSeqIdxForward(const ConvArgs& a, cudaStream_t stream);
 cudaError_t BackwardStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardWide(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardWideCl(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
