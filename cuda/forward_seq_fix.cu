@@ -24,7 +24,7 @@ namespace {
 constexpr int kFixChunk = 512;   // steps a block
 constexpr int kFixBack = 256;    // ids staged before the chunk (W - 1 <= kFixBack)
 constexpr int kFixRun = 8;       // consecutive outputs a thread sums
-constexpr int kFixCh = 32;       // channels a block
+constexpr int kFixCh = 256;      // channels a block (its ids staged and marked once for them)
 constexpr int kFixThreads = 256;
 constexpr int kFixIds = kFixBack + kFixChunk;
 static_assert(kFixChunk == 2 * kFixThreads && kFixChunk / kFixRun <= 64, "the marking below");
