@@ -27,7 +27,8 @@ constexpr int kFixRun = 8;       // consecutive outputs a thread sums
 constexpr int kFixCh = 256;      // channels a block (its ids staged and marked once for them)
 constexpr int kFixThreads = 256;
 constexpr int kFixIds = kFixBack + kFixChunk;
-static_assert(kFixChunk == 2 * kFixThreads && kFixChunk / kFixRun <= 64, "the marking below");
+static_assert(kFixChunk == 2 * kFixThreads && kFixChunk / kFixRun <= 64 && 32 % kFixRun == 0 && kFixIds % 32 == 0,
+              "the marking below (a run inside one word of fixes)");
 
 // Any bit of bits[lo .. hi] (inclusive, lo <= hi + 1).
 __device__ __forceinline__ bool AnyBit(const uint32_t* bits, int lo, int hi) {
@@ -94,10 +95,10 @@ __global__ void __launch_bounds__(kFixThreads) FixSeqIdxKernel(ConvArgs a, int64
   const bool silu = a.act == Activation::kSilu;
   // channels-first: a warp's threads take consecutive runs of one channel;
   // channels-last: consecutive channels of one run (coalesced either way)
-  for (int item = threadIdx.x; item < n * kFixCh; item += kFixThreads) {
-    const int ch = a.channels_last ? item % kFixCh : item / n, r = a.channels_last ? item / kFixCh : item % n;
+  const int nch = int(Min64(kFixCh, a.dim - g * kFixCh));  // the block's channels
+  for (int item = threadIdx.x; item < n * nch; item += kFixThreads) {
+    const int ch = a.channels_last ? item % nch : item / n, r = a.channels_last ? item / nch : item % n;
     const int64_t d = g * kFixCh + ch;
-    if (d >= a.dim) continue;
     const int j0 = runs[r] * kFixRun;  // the run's first step in the chunk
     const int64_t t0 = c0 + j0;
     const unsigned todo = fixes[j0 >> 5] >> (j0 & 31) & 0xffu;
