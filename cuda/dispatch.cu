@@ -138,13 +138,27 @@ ForwardPlan PlanForwardFamily(const ConvArgs& a) {
 // FixSeqIdxForward over the outputs near an id change and the padding ones:
 // packed rows of a few segments leave a few percent of the outputs to redo,
 // where the tensor-core forwards' masked tile loops cost about twice their
-// dense ones (docs/performance-log.md, twenty-eighth session).
+// dense ones (docs/performance-log.md, twenty-eighth session; the first
+// fix kernel, slower than the masked loops everywhere, twenty-ninth).
 bool SeqFixFamily(ForwardPlan::Family f) { return f == ForwardPlan::kMma || f == ForwardPlan::kMmaCl; }
+
+// The widest W that takes the fix (its work grows as W squared a change of
+// id, the masked tile loops' as W): JCC_SEQ_FIX_MAX_W overrides it (0:
+// never; tests and diagnosis, read at each call as JCC_FWD_SPAN is).
+int64_t SeqFixMaxWidth() {
+  const char* e = std::getenv("JCC_SEQ_FIX_MAX_W");
+  if (e != nullptr && e[0] != 0) {
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (*end == 0 && v >= 0) return v;
+  }
+  return 64;
+}
 
 }  // namespace
 
 ForwardPlan PlanForward(const ConvArgs& a) {
-  if (a.mode == SegmentMode::kSeqIdx && a.width <= 257) {  // (FixSeqIdxForward's bound)
+  if (a.mode == SegmentMode::kSeqIdx && a.width <= Min64(257, SeqFixMaxWidth())) {  // (257: FixSeqIdxForward's bound)
     ConvArgs dense = a;
     dense.mode = SegmentMode::kRow;
     ForwardPlan p = PlanForwardFamily(dense);

@@ -15,9 +15,9 @@
 //     tensor cores;
 //   kMmaCl (forward_mma_cl.cu): forward only, kWideCl's problems of 16-bit
 //     x (W > 16), summed on tensor cores;
-//   (both tensor-core forwards take seq_idx as their dense kernel plus
-//     forward_seq_fix.cu, which writes the outputs near an id change and
-//     the padding ones again);
+//   (both tensor-core forwards take seq_idx up to a width as their dense
+//     kernel plus forward_seq_fix.cu, which writes the outputs near an id
+//     change and the padding ones again; dispatch.cu's SeqFixMaxWidth);
 //   kWide (forward_wide.cu, backward_wide.cu, wide.cuh, wide_cf.cuh): the same rows,
 //     W > 16 at a run-time width;
 //   kWideCl (forward_wide_cl.cu, backward_wide_cl.cu, wide_cl.cuh):

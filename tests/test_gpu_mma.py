@@ -80,7 +80,8 @@ def test_small_mma_forward(dtype, W, cl):
 
 @pytest.mark.parametrize("W", [17, 33, 40, 72, 137, 256])
 @pytest.mark.parametrize("cl", [False, True])
-def test_small_mma_seq_idx_orders(W, cl):
+@pytest.mark.parametrize("fix_max_w", ["0", "257"])
+def test_small_mma_seq_idx_orders(W, cl, fix_max_w, monkeypatch):
     """seq_idx through the tensor-core forwards, each id layout a row:
     ascending ids from 3 with gaps in their values and a padded tail,
     segments shorter than the window (several ids in one), leading padding
@@ -89,7 +90,10 @@ def test_small_mma_seq_idx_orders(W, cl):
     before a tile), an id that returns, changes whose last affected output
     is the last or first of a 512-step chunk (forward_seq_fix.cu's blocks);
     with and without initial states (the steps before the row then carry
-    no id); against the float64 oracle."""
+    no id); against the float64 oracle. Both ways a seq_idx forward can
+    run: the masked tile loops (JCC_SEQ_FIX_MAX_W=0) and the dense kernel
+    plus the fix (257: every width)."""
+    monkeypatch.setenv("JCC_SEQ_FIX_MAX_W", fix_max_w)  # (read at each call)
     rng = np.random.default_rng(100 + W + cl)
     B, D, L = 7, (16 if W % 2 else 24) if cl else 3, 1160
     x, w, b, init = inputs(rng, B, D, L, W, "bfloat16", cl)
