@@ -144,7 +144,8 @@ bool SeqFixFamily(ForwardPlan::Family f) { return f == ForwardPlan::kMma || f ==
 
 // The widest W that takes the fix (its work grows as W squared a change of
 // id, the masked tile loops' as W): JCC_SEQ_FIX_MAX_W overrides it (0:
-// never; tests and diagnosis, read at each call as JCC_FWD_SPAN is).
+// never; tests and diagnosis, read at each call as JCC_FWD_SPAN is: a call
+// captured in a CUDA graph keeps what was read at capture).
 int64_t SeqFixMaxWidth() {
   const char* e = std::getenv("JCC_SEQ_FIX_MAX_W");
   if (e != nullptr && e[0] != 0) {
