@@ -143,7 +143,9 @@ ForwardPlan PlanForwardFamily(const ConvArgs& a) {
 bool SeqFixFamily(ForwardPlan::Family f) { return f == ForwardPlan::kMma || f == ForwardPlan::kMmaCl; }
 
 // The widest W that takes the fix (its work grows as W squared a change of
-// id, the masked tile loops' as W): JCC_SEQ_FIX_MAX_W overrides it (0:
+// id, the masked tile loops' as W; measured faster to W 32, slower from
+// W 48, both layouts: performance log, thirtieth session; 40 ends the
+// narrowest tensor-core bucket): JCC_SEQ_FIX_MAX_W overrides it (0:
 // never; tests and diagnosis, read at each call as JCC_FWD_SPAN is: a call
 // captured in a CUDA graph keeps what was read at capture).
 int64_t SeqFixMaxWidth() {
@@ -153,7 +155,7 @@ int64_t SeqFixMaxWidth() {
     const long v = std::strtol(e, &end, 10);
     if (*end == 0 && v >= 0) return v;
   }
-  return 64;
+  return 40;
 }
 
 }  // namespace

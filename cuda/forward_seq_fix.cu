@@ -56,7 +56,7 @@ __device__ __forceinline__ void SumRunTaps(int W, int lim, const int32_t* wid, c
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kFixThreads, 3) FixSeqIdxKernel(ConvArgs a, int64_t chunks, int64_t groups) {
+__global__ void __launch_bounds__(kFixThreads) FixSeqIdxKernel(ConvArgs a, int64_t chunks, int64_t groups) {
   __shared__ int32_t ids[kFixIds];              // step c0 - kFixBack + i
   __shared__ uint32_t changes[kFixIds / 32];     // bit i: step p = c0 - kFixBack + i >= 1 has a new id
   __shared__ uint32_t fixes[kFixChunk / 32];     // bit j: output c0 + j is to fix
