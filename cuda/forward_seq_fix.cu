@@ -9,6 +9,9 @@
 // changes and the outputs to fix with ballots, lists the runs of kFixRun
 // steps that hold one, and then a thread sums a run of one channel (the
 // window's inputs and ids held over kFixRun taps at a time in registers).
+// Where no id returns within a window (IdReturns, the usual packed rows),
+// an output's inputs of its id are those from its run's start on: the
+// thread skips the taps before and compares no ids (SumRunTapsFrom).
 #include "launchers.h"
 #include "seq_fix.cuh"
 
@@ -19,6 +22,10 @@ constexpr int kFixRun = 8;       // consecutive outputs a thread sums
 constexpr int kFixCh = 256;      // channels a block (its ids staged and marked once for them)
 constexpr int kFixThreads = 256;
 constexpr int kFixIds = kFixBack + kFixChunk;
+// The widest W whose blocks check IdReturns (its windows' lowest step,
+// kFixBack - 2 W + 3 at the chunk's first output, staged); wider W compare
+// every tap's id.
+constexpr int kFixSimpleMaxW = 128;
 static_assert(kFixChunk == 2 * kFixThreads && kFixChunk / kFixRun <= 64 && 32 % kFixRun == 0 && kFixIds % 32 == 0,
               "the marking below (a run inside one word of fixes)");
 
@@ -55,6 +62,43 @@ __device__ __forceinline__ void SumRunTaps(int W, int lim, const int32_t* wid, c
   }
 }
 
+// The same sum where no id returns within a window (IdReturns): output o's
+// inputs of its id are q >= lo[o] (its run's start; lo[o] >= W + kFixRun:
+// none, an output not fixed), so the taps before the first such input are
+// skipped and the blocks of taps where every output's inputs are all its
+// own are summed without a mask.
+template <typename LoadX, typename LoadW>
+__device__ __forceinline__ void SumRunTapsFrom(int W, int lim, const int (&lo)[kFixRun], LoadX load_x,
+                                               LoadW load_w, float (&acc)[kFixRun]) {
+  int first_tap = W, all_own = 0;  // taps from all_own on: every fixed output's inputs its own
+#pragma unroll
+  for (int o = 0; o < kFixRun; ++o)
+    if (lo[o] < W + kFixRun) {
+      first_tap = min(first_tap, lo[o] - o);
+      all_own = max(all_own, lo[o] - o);
+    }
+  for (int kb = max(first_tap, 0); kb < W; kb += kFixRun) {
+    const int kmax = W - kb;  // this block's taps k < kmax
+    float xv[2 * kFixRun - 1], wv[kFixRun];
+#pragma unroll
+    for (int i = 0; i < 2 * kFixRun - 1; ++i) xv[i] = kb + i < lim ? load_x(kb + i) : 0.f;
+#pragma unroll
+    for (int k = 0; k < kFixRun; ++k) wv[k] = k < kmax ? load_w(kb + k) : 0.f;
+    if (kb >= all_own && kmax >= kFixRun) {
+#pragma unroll
+      for (int o = 0; o < kFixRun; ++o)
+#pragma unroll
+        for (int k = 0; k < kFixRun; ++k) acc[o] += wv[k] * xv[o + k];
+    } else {
+#pragma unroll
+      for (int o = 0; o < kFixRun; ++o)
+#pragma unroll
+        for (int k = 0; k < kFixRun; ++k)
+          if (k < kmax && o + kb + k >= lo[o]) acc[o] += wv[k] * xv[o + k];
+    }
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kFixThreads) FixSeqIdxKernel(ConvArgs a, int64_t chunks, int64_t groups) {
   __shared__ int32_t ids[kFixIds];              // step c0 - kFixBack + i
@@ -68,8 +112,9 @@ __global__ void __launch_bounds__(kFixThreads) FixSeqIdxKernel(ConvArgs a, int64
   const int W = int(a.width);
   StageFixIds(a, b, base, kFixIds, ids, changes);
   __syncthreads();
+  const bool clash = W > kFixSimpleMaxW || IdReturns(ids, changes, kFixIds, W);
   BallotWords(kFixChunk / 32, fixes, [&](int j) { return FixedOutput(a, ids, changes, base, kFixBack + j); });
-  __syncthreads();
+  const bool simple = !__syncthreads_or(clash);
   if (warp == 0) {
     int n = 0;
     for (int h = 0; h < kFixChunk / kFixRun; h += 32) {
@@ -119,13 +164,24 @@ __global__ void __launch_bounds__(kFixThreads) FixSeqIdxKernel(ConvArgs a, int64
           (a.w_dtype == DType::kF32 || a.w_dtype == k16BitDType<T>)) {
         const T* xr = static_cast<const T*>(a.x) + xl.At(b, d, first);
         const int sxi = int(sx), lim = int(Min64(W + kFixRun - 1, a.len - first));
+        int lo[kFixRun];  // (simple) output o's first input of its id
+#pragma unroll
+        for (int o = 0; o < kFixRun; ++o)
+          lo[o] = simple && (live >> o & 1) ? LastBit(changes, kFixBack + j0 + o) - (kFixBack + j0 - W + 1)
+                                            : W + kFixRun;
+        auto sum = [&](auto load_x, auto load_w) {
+          if (simple)
+            SumRunTapsFrom(W, lim, lo, load_x, load_w, acc);
+          else
+            SumRunTaps(W, lim, wid, sid, load_x, load_w, acc);
+        };
         auto with_w = [&](auto load_x) {
           if (a.w_dtype == DType::kF32) {
             const float* wr = static_cast<const float*>(a.weight) + wrow * W;
-            SumRunTaps(W, lim, wid, sid, load_x, [&](int k) { return wr[k]; }, acc);
+            sum(load_x, [&](int k) { return wr[k]; });
           } else {
             const T* wr = static_cast<const T*>(a.weight) + wrow * W;
-            SumRunTaps(W, lim, wid, sid, load_x, [&](int k) { return ToF(wr[k]); }, acc);
+            sum(load_x, [&](int k) { return ToF(wr[k]); });
           }
         };
         // (contiguous steps, as channels-first: the loads' offsets immediate)

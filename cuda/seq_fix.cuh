@@ -29,6 +29,30 @@ __device__ __forceinline__ bool AnyBit(const uint32_t* bits, int lo, int hi) {
   return false;
 }
 
+// The highest set bit of bits[0 .. i] (-1: none).
+__device__ __forceinline__ int LastBit(const uint32_t* bits, int i) {
+  int w = i >> 5;
+  uint32_t m = bits[w] & (~0u >> (31 - (i & 31)));
+  while (m == 0 && w > 0) m = bits[--w];
+  return m != 0 ? 32 * w + 31 - __clz(int(m)) : -1;
+}
+
+// Whether an id returns within a window in the staged range: some change of
+// id at i >= W - 1 (a marked step of nonnegative id) whose id is also at a
+// step of i - W + 1 .. i - 1. Where none does, the inputs of an output's own
+// id in its window are exactly the steps from its run's start (the last
+// change at or before it) on. Each thread checks its share; the caller
+// combines them (__syncthreads_or).
+__device__ __forceinline__ bool IdReturns(const int32_t* ids, const uint32_t* changes, int n, int W) {
+  bool clash = false;
+  for (int i = W - 1 + int(threadIdx.x); i < n; i += int(blockDim.x)) {
+    const int32_t v = ids[i];
+    if (v < 0 || !(changes[i >> 5] >> (i & 31) & 1u)) continue;
+    for (int j = i - W + 1; j < i; ++j) clash |= ids[j] == v;
+  }
+  return clash;
+}
+
 // bits[w] = the ballot of on(32 w + lane) for w < words, by the block's
 // warps (whole warps: every lane calls).
 template <typename On>
