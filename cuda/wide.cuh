@@ -177,14 +177,18 @@ __device__ __forceinline__ void WideDweight(const float* src, const int32_t* ids
   });
 }
 
-// A lane's run under seq_idx, pass by pass: f(s, masked, take) for each id
-// s of the run's live outputs, `take` the bits of the outputs whose id is s
-// (masked: inputs of other ids are to read as zeros). A clean chunk is one
-// unmasked pass taking every output. `own(j)`: output j's id. Returns the
-// bits of the live (non-padding) outputs. Every lane calls it: clean is
-// warp-uniform and the passes go on while any lane has outputs left.
-template <typename Own, typename F>
-__device__ __forceinline__ unsigned WidePasses(bool clean, int32_t clean_id, Own own, F&& f) {
+// A lane's run under seq_idx: one pass f(s, masked, take) for the id s of
+// the run's first live output, `take` the outputs of id s (masked: inputs
+// of other ids read as zeros); then the outputs of the run's other ids (a
+// run that holds an id change: usually one lane a change) spread over the
+// warp: left(L, bits) for each lane L with some, `bits` them, which every
+// lane calls and in which lane j < kWideR takes output j of L's run (a
+// second pass would cost the warp a whole pass for those few outputs). A
+// clean chunk is one unmasked pass taking every output. `own(j)`: output
+// j's id. Returns the bits of the live (non-padding) outputs. Every lane
+// calls it: clean is warp-uniform.
+template <typename Own, typename F, typename Left>
+__device__ __forceinline__ unsigned WidePasses(bool clean, int32_t clean_id, Own own, F&& f, Left&& left) {
   if (clean) {
     f(clean_id, false, ~0u);
     return ~0u;
@@ -192,16 +196,57 @@ __device__ __forceinline__ unsigned WidePasses(bool clean, int32_t clean_id, Own
   unsigned live = 0;
 #pragma unroll
   for (int j = 0; j < kWideR; ++j) live |= own(j) >= 0 ? 1u << j : 0u;
-  unsigned todo = live;
-  while (__any_sync(kFullMask, todo != 0)) {
-    const int32_t s = todo ? own(__ffs(todo) - 1) : kNoId;
-    unsigned take = 0;
+  if (!__any_sync(kFullMask, live != 0)) return 0u;
+  const int32_t s = live ? own(__ffs(live) - 1) : kNoId;
+  unsigned take = 0;
 #pragma unroll
-    for (int j = 0; j < kWideR; ++j) take |= ((todo >> j) & 1) && own(j) == s ? 1u << j : 0u;
-    f(s, true, take);
-    todo &= ~take;
+  for (int j = 0; j < kWideR; ++j) take |= ((live >> j) & 1) && own(j) == s ? 1u << j : 0u;
+  f(s, true, take);
+  const unsigned rest = live & ~take;
+  for (unsigned lanes = __ballot_sync(kFullMask, rest != 0); lanes != 0; lanes &= lanes - 1) {
+    const int L = __ffs(lanes) - 1;
+    left(L, __shfl_sync(kFullMask, rest, L));
   }
   return live;
+}
+
+// One output of a leftover (WidePasses): the sum over k < W of tap(k) *
+// element e0 + k of a staged array (src, its ids alongside; WideAt layout)
+// whose id is s, from `init`, as a pass sums it (the same order, other
+// ids' elements as zeros). kReverse: the reversed taps (StageWideTaps' layout).
+template <bool kReverse>
+__device__ __forceinline__ float WideMaskedSum(const float* src, const int32_t* ids, int32_t s, int e0,
+                                               const float* taps, int W, float init) {
+  const float* t = taps + (kReverse ? RoundUp(W, 8) : 0);
+  float acc = init;
+#pragma unroll 4
+  for (int k = 0; k < W; ++k) {
+    const int p = WideAt(e0 + k);
+    acc = fmaf(t[k], ids[p] == s ? src[p] : 0.f, acc);  // (WideIn's zero, not a skipped NaN)
+  }
+  return acc;
+}
+
+// Lane L's v[j] = lane j's x, for the bits j of `bits` (every lane calls).
+__device__ __forceinline__ void TakeFromLanes(int L, unsigned bits, float x, float (&v)[kWideR]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int j = 0; j < kWideR; ++j) {
+    const float y = __shfl_sync(kFullMask, x, j);
+    if (lane == L && ((bits >> j) & 1)) v[j] = y;
+  }
+}
+
+// The leftover pre-activations of lane L's run `run_l` (window run run_l +
+// 1; outputs' ids in ido at kWideR * run_l + j) into out[j] of lane L.
+__device__ __forceinline__ void WideLeftPre(const float* xs, const int32_t* idx, const int32_t* ido, int L,
+                                            unsigned bits, int run_l, const float* taps, int W, float bias,
+                                            float (&out)[kWideR]) {
+  const int j = threadIdx.x & 31;
+  float v = 0.f;
+  if (j < kWideR && ((bits >> j) & 1))
+    v = WideMaskedSum<false>(xs, idx, ido[WideAt(kWideR * run_l + j)], kWideR * (run_l + 1) + j, taps, W, bias);
+  TakeFromLanes(L, bits, v, out);
 }
 
 // A lane's outputs for the chunk staged in xs (idx, ido: its ids), steps
@@ -214,9 +259,10 @@ __device__ __forceinline__ void WideForwardRun(const float* xs, const int32_t* i
   auto pres = [&](int32_t s, bool masked, unsigned take) {
     WidePre<kMasked>(xs, idx, s, masked, take, lane + 1, taps, W, bias, out);
   };
+  auto left = [&](int L, unsigned bits) { WideLeftPre(xs, idx, ido, L, bits, L, taps, W, bias, out); };
   unsigned live = ~0u;  // bit j: output j is not padding
   if constexpr (kMasked)
-    live = WidePasses(clean, ido[0], [&](int j) { return ido[WideAt(kWideR * lane + j)]; }, pres);
+    live = WidePasses(clean, ido[0], [&](int j) { return ido[WideAt(kWideR * lane + j)]; }, pres, left);
   else
     pres(0, false, ~0u);
 #pragma unroll
@@ -249,10 +295,13 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
     auto pres = [&](int32_t s, bool masked, unsigned take) {
       WidePre<kMasked>(xs, idx, s, masked, take, run + 1, taps, W, bias, pre);
     };
+    auto left = [&](int L, unsigned bits) {
+      WideLeftPre(xs, idx, ido, L, bits, __shfl_sync(kFullMask, run, L), taps, W, bias, pre);
+    };
     unsigned live = ~0u;
     if (silu) {
       if constexpr (kMasked)
-        live = WidePasses(clean, ido[0], own, pres);
+        live = WidePasses(clean, ido[0], own, pres, left);
       else
         pres(0, false, ~0u);
     } else if constexpr (kMasked) {
@@ -287,8 +336,23 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
     else
       WideDweight<false>(xs, idx, s, lane + 1, gt, W, dws);
   };
+  // the leftovers' shares: lane k takes tap k (and k + 32 ..) of each
+  auto dweight_left = [&](int L, unsigned bits) {
+    __syncwarp();  // (dws: AddWarpSums8's writers are other lanes)
+#pragma unroll
+    for (int j = 0; j < kWideR; ++j) {
+      const float gj = __shfl_sync(kFullMask, g[j], L);
+      if (!((bits >> j) & 1)) continue;
+      const int32_t s = ido[WideAt(kWideR * L + j)];
+      for (int k = lane; k < W; k += 32) {
+        const int p = WideAt(kWideR * (L + 1) + j + k);
+        if (idx[p] == s) dws[k] += gj * xs[p];
+      }
+    }
+    __syncwarp();
+  };
   if constexpr (kMasked)
-    WidePasses(clean, ido[0], own, dweight);
+    WidePasses(clean, ido[0], own, dweight, dweight_left);
   else
     dweight(0, false, ~0u);
   __syncwarp();  // the g buffer is complete
@@ -307,8 +371,15 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
     for (int j = 0; j < kWideR; ++j)
       if ((take >> j) & 1) dx[j] = acc[j];
   };
+  auto dx_left = [&](int L, unsigned bits) {
+    const int j = lane;
+    float v = 0.f;
+    if (j < kWideR && ((bits >> j) & 1))
+      v = WideMaskedSum<true>(gs, ido, ido[WideAt(kWideR * L + j)], kWideR * L + j, taps, W, 0.f);
+    TakeFromLanes(L, bits, v, dx);
+  };
   if constexpr (kMasked)
-    WidePasses(clean, ido[0], own, dxs);
+    WidePasses(clean, ido[0], own, dxs, dx_left);
   else
     dxs(0, false, ~0u);
 }
