@@ -210,21 +210,26 @@ __device__ __forceinline__ unsigned WidePasses(bool clean, int32_t clean_id, Own
   return live;
 }
 
-// One output of a leftover (WidePasses): the sum over k < W of tap(k) *
-// element e0 + k of a staged array (src, its ids alongside; WideAt layout)
-// whose id is s, from `init`, as a pass sums it (the same order, other
-// ids' elements as zeros). kReverse: the reversed taps (StageWideTaps' layout).
+// One output of a leftover (WidePasses), by a pair of lanes (j and j +
+// 16, every lane calls): the sum over k < W of tap(k) * element e0 + k of
+// a staged array (src, its ids alongside; WideAt layout) whose id is s,
+// other ids' elements as zeros (WideIn's), plus `init`; the lower lane of
+// the pair sums the even taps, the upper the odd ones. Lanes that take no
+// output pass on = false. kReverse: the reversed taps (StageWideTaps').
 template <bool kReverse>
-__device__ __forceinline__ float WideMaskedSum(const float* src, const int32_t* ids, int32_t s, int e0,
+__device__ __forceinline__ float WideMaskedSum(bool on, const float* src, const int32_t* ids, int32_t s, int e0,
                                                const float* taps, int W, float init) {
   const float* t = taps + (kReverse ? RoundUp(W, 8) : 0);
-  float acc = init;
+  const int h = (threadIdx.x >> 4) & 1;
+  float acc = h == 0 ? init : 0.f;
+  if (on) {
 #pragma unroll 4
-  for (int k = 0; k < W; ++k) {
-    const int p = WideAt(e0 + k);
-    acc = fmaf(t[k], ids[p] == s ? src[p] : 0.f, acc);  // (WideIn's zero, not a skipped NaN)
+    for (int k = h; k < W; k += 2) {
+      const int p = WideAt(e0 + k);
+      acc = fmaf(t[k], ids[p] == s ? src[p] : 0.f, acc);
+    }
   }
-  return acc;
+  return acc + __shfl_xor_sync(kFullMask, acc, 16);
 }
 
 // Lane L's v[j] = lane j's x, for the bits j of `bits` (every lane calls).
@@ -242,10 +247,10 @@ __device__ __forceinline__ void TakeFromLanes(int L, unsigned bits, float x, flo
 __device__ __forceinline__ void WideLeftPre(const float* xs, const int32_t* idx, const int32_t* ido, int L,
                                             unsigned bits, int run_l, const float* taps, int W, float bias,
                                             float (&out)[kWideR]) {
-  const int j = threadIdx.x & 31;
-  float v = 0.f;
-  if (j < kWideR && ((bits >> j) & 1))
-    v = WideMaskedSum<false>(xs, idx, ido[WideAt(kWideR * run_l + j)], kWideR * (run_l + 1) + j, taps, W, bias);
+  const int j = threadIdx.x & (kWideR - 1);
+  const bool on = (bits >> j) & 1;
+  const float v = WideMaskedSum<false>(on, xs, idx, on ? ido[WideAt(kWideR * run_l + j)] : kNoId,
+                                       kWideR * (run_l + 1) + j, taps, W, bias);
   TakeFromLanes(L, bits, v, out);
 }
 
@@ -339,15 +344,17 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
   // the leftovers' shares: lane k takes tap k (and k + 32 ..) of each
   auto dweight_left = [&](int L, unsigned bits) {
     __syncwarp();  // (dws: AddWarpSums8's writers are other lanes)
+    for (int k0 = 0; k0 < W; k0 += 32) {
+      const int k = k0 + lane;
+      float acc = 0.f;
 #pragma unroll
-    for (int j = 0; j < kWideR; ++j) {
-      const float gj = __shfl_sync(kFullMask, g[j], L);
-      if (!((bits >> j) & 1)) continue;
-      const int32_t s = ido[WideAt(kWideR * L + j)];
-      for (int k = lane; k < W; k += 32) {
+      for (int j = 0; j < kWideR; ++j) {
+        const float gj = __shfl_sync(kFullMask, g[j], L);
+        if (!((bits >> j) & 1)) continue;
         const int p = WideAt(kWideR * (L + 1) + j + k);
-        if (idx[p] == s) dws[k] += gj * xs[p];
+        if (k < W && idx[p] == ido[WideAt(kWideR * L + j)]) acc = fmaf(gj, xs[p], acc);
       }
+      if (k < W) dws[k] += acc;
     }
     __syncwarp();
   };
@@ -372,10 +379,10 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
       if ((take >> j) & 1) dx[j] = acc[j];
   };
   auto dx_left = [&](int L, unsigned bits) {
-    const int j = lane;
-    float v = 0.f;
-    if (j < kWideR && ((bits >> j) & 1))
-      v = WideMaskedSum<true>(gs, ido, ido[WideAt(kWideR * L + j)], kWideR * L + j, taps, W, 0.f);
+    const int j = lane & (kWideR - 1);
+    const bool on = (bits >> j) & 1;
+    const float v = WideMaskedSum<true>(on, gs, ido, on ? ido[WideAt(kWideR * L + j)] : kNoId, kWideR * L + j,
+                                        taps, W, 0.f);
     TakeFromLanes(L, bits, v, dx);
   };
   if constexpr (kMasked)
