@@ -2,7 +2,8 @@
 measured slower (routing.py: on a GPU W = 1, channels-first rows past 16
 that are not the wide family's, a small channels-first dense forward alone
 at W <= 4 without states, and a channels-first seq_idx forward alone
-at W <= 4 on too few blocks or at W = 2 in float32; on the CPU a forward that nothing
+at W <= 4 on too few blocks or at W = 2 in float32, and a channels-last
+dense forward alone at W = 2 in float32 without states; on the CPU a forward that nothing
 differentiates at W <= 2 without states (x up to 16 MiB), the whole op at W = 1
 channels-first in float32 / float64, and small channels-first problems at
 W <= 2 (the whole op) and W 3..4 (the seq_idx forward alone)); "ffi" still
@@ -102,6 +103,26 @@ def test_the_small_seq_idx_forward():
     assert wins(diff, 2, 8, 4096, 4096, 4) and wins(sq, 2, 8, 4096, 4096, 4, backward=True)
     assert wins(sq, 2, 8, 4096, 4096, 2) and wins(cfg(SEQ_IDX, True), 2, 8, 4096, 4096, 4)
     assert wins(cfg(ROWS, False), 2, 8, 4096, 4096, 4)
+
+
+def test_the_channels_last_float32_w2_forward():
+    # channels-last dense at W = 2 in float32, a forward nothing
+    # differentiates, without states: XLA at any size; the kernel in 16-bit
+    # types, at W 3, with seq_idx, with initial or final states, when
+    # differentiated and for the backward
+    def wins(c, W, size=4, backward=False, states=False):
+        return gpu_kernel_wins(c, W, 4096, size, 8, 4096, backward, states)
+    rows = cfg(ROWS, True)
+    assert [wins(rows, W) for W in (1, 2, 3, 4)] == [False, False, True, True]
+    assert not gpu_kernel_wins(rows, 2, 4096, 4) and not gpu_kernel_wins(rows, 2, 64, 4, 1, 16)
+    assert wins(rows, 2, size=2) and wins(cfg(SEQ_IDX, True), 2)
+    assert wins(rows, 2, states=True) and wins(rows, 2, backward=True)
+    final = ConvConfig(activation="silu", mode=ROWS, channels_last=True, states_channels_last=True,
+                       want_final=True, backend="auto")
+    diff = ConvConfig(activation="silu", mode=ROWS, channels_last=True, states_channels_last=True,
+                      want_final=False, backend="auto", differentiated=True)
+    assert wins(final, 2) and wins(diff, 2)
+    assert wins(cfg(ROWS, False), 2)  # (channels-first: its own rule, 16-bit sizes only)
 
 
 def test_the_small_dense_forward():
