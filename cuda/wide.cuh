@@ -21,9 +21,11 @@
 //
 // seq_idx: the ids are staged beside x, once in the window's layout (idx)
 // and once in the outputs' (ido: e = step - c0). A chunk whose window holds
-// one live id takes the plain taps; otherwise the outputs are computed in
-// passes, one per id of a lane's run (usually one): pass s reads the window
-// with the inputs of other ids as zeros and keeps the outputs whose id is s.
+// one live id takes the plain taps; otherwise each lane makes one masked
+// pass, for the id s of its run's first live output (the window read with
+// the inputs of other ids as zeros, the outputs of id s kept), and the few
+// outputs of a run's other ids (the lane whose run holds an id change) are
+// then summed by the whole warp, a pair of lanes an output (WidePasses).
 #pragma once
 
 #include "cp_async.cuh"
