@@ -122,7 +122,7 @@ def test_the_channels_last_float32_w2_forward():
     diff = ConvConfig(activation="silu", mode=ROWS, channels_last=True, states_channels_last=True,
                       want_final=False, backend="auto", differentiated=True)
     assert wins(final, 2) and wins(diff, 2)
-    assert wins(cfg(ROWS, False), 2)  # (channels-first: its own rule, 16-bit sizes only)
+    assert wins(cfg(ROWS, False), 2)  # (channels-first dense at this size: the kernel)
 
 
 def test_the_small_dense_forward():
