@@ -20,6 +20,12 @@ namespace jcc::cuda {
 // An id no output has (outputs with negative ids are padding anyway).
 constexpr int32_t kNoId = INT32_MIN;
 
+// An id as the wide families stage it: every padding id as -1, so that no
+// staged input holds kNoId, the id of a pass that takes no output
+// (WidePasses): a padding input of the user's id INT32_MIN would enter that
+// pass's dweight terms (0 * Inf where the input is not finite).
+__device__ __forceinline__ int32_t StagedId(int32_t id) { return id < 0 ? -1 : id; }
+
 // The id positions t < 0 of row b carry in kSeqIdx mode.
 __device__ __forceinline__ int32_t HistoryId(const ConvArgs& a, int64_t b) {
   return a.initial_states && a.len > 0 ? a.seq_idx[b * a.len] : kNoId;

@@ -75,7 +75,7 @@ __device__ __forceinline__ void ConvertWideX(int n, int skip, const T* raw, floa
 }
 
 // The ids of steps o .. o + n (o whole 16-byte words of ids; HistoryId
-// before step 0, kNoId past the end), kU words of 4 in flight per lane:
+// before step 0, kNoId past the end; as StagedId), kU words of 4 in flight per lane:
 // raw element i goes to idx[WideAt(i + kWideR - skip)] (x's layout), and to
 // ido[WideAt(e)] for e = i - skip - H in [0, no) (the outputs'). Returns,
 // warp-uniform, whether the window's steps all hold one live id.
@@ -98,9 +98,10 @@ __device__ __forceinline__ bool StageWideIds(const ConvArgs& a, int64_t b, int64
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int e = 4 * q + i - skip;  // step c0 - H + e
-        idx[WideAt(e + kWideR)] = v[u][i];
-        if (e >= 0) mn = min(mn, v[u][i]), mx = max(mx, v[u][i]);
-        if (e >= sm.H && e - sm.H < sm.no) ido[WideAt(e - sm.H)] = v[u][i];
+        const int32_t id = StagedId(v[u][i]);
+        idx[WideAt(e + kWideR)] = id;
+        if (e >= 0) mn = min(mn, id), mx = max(mx, id);
+        if (e >= sm.H && e - sm.H < sm.no) ido[WideAt(e - sm.H)] = id;
       }
     }
   }

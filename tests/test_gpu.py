@@ -173,12 +173,14 @@ def test_small_wide_family_spans(dtype, W, cl):
 def test_small_seq_idx_nonfinite_padding(dtype, W, cl):
     """Inf and NaN inputs in padding (leading, in the middle over a span
     edge, at the tail) reach no output and no gradient: forward and
-    gradients finite and as the CPU kernels'."""
+    gradients finite and as the CPU kernels'. The middle padding's id is
+    INT32_MIN, the value the kernels use for "no id" (a run of padding
+    outputs once summed its window's inputs of that id into the dweight)."""
     rng = np.random.default_rng(W + 3 * cl)
     B, D, L = 2, 16, 5000
     x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
     ids = np.broadcast_to(np.arange(L) // 700, (B, L)).astype(np.int32)
-    ids[:, 4000:4200] = -1
+    ids[:, 4000:4200] = np.iinfo(np.int32).min
     ids[:, -45:] = -1
     ids[1, :30] = -1
     pad = (ids < 0)[:, :, None] if cl else (ids < 0)[:, None, :]

@@ -166,7 +166,7 @@ def test_nonfinite_padding_reaches_nothing(backend, W, cl):
     ids[:, 30:] = 1
     ids[:, 40:47] = -1  # padding in the middle
     ids[:, 47:] = 2
-    ids[:, -9:] = -1   # and at the tail
+    ids[:, -9:] = np.iinfo(np.int32).min  # and at the tail (any negative id is padding)
     ids[1, :6] = -1    # and leading
     x, w, b, _, h = _inputs(rng, B, D, L, W, jnp.float64, True, False, True)
     w, b = w.astype(jnp.float64), b.astype(jnp.float64)
