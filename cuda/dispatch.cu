@@ -142,6 +142,13 @@ ForwardPlan PlanForwardFamily(const ConvArgs& a) {
 // fix kernel, slower than the masked loops everywhere, twenty-ninth).
 bool SeqFixFamily(ForwardPlan::Family f) { return f == ForwardPlan::kMma || f == ForwardPlan::kMmaCl; }
 
+// The same problem as rows of one sequence: a seq_fix plan's dense forward.
+ConvArgs AsRows(const ConvArgs& a) {
+  ConvArgs rows = a;
+  rows.mode = SegmentMode::kRow;
+  return rows;
+}
+
 // The widest W that takes the fix (its work grows as W squared a change of
 // id, the masked tile loops' as W; measured faster to W 32, slower from
 // W 48, both layouts: performance log, thirtieth session; 40 ends the
@@ -162,9 +169,7 @@ int64_t SeqFixMaxWidth() {
 
 ForwardPlan PlanForward(const ConvArgs& a) {
   if (a.mode == SegmentMode::kSeqIdx && a.width <= Min64(257, SeqFixMaxWidth())) {  // (257: FixSeqIdxForward's bound)
-    ConvArgs dense = a;
-    dense.mode = SegmentMode::kRow;
-    ForwardPlan p = PlanForwardFamily(dense);
+    ForwardPlan p = PlanForwardFamily(AsRows(a));
     if (SeqFixFamily(p.family)) {
       p.seq_fix = true;
       return p;
@@ -195,9 +200,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
 cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
   if (a.x_dtype == DType::kF64) return cudaErrorNotSupported;  // (float64 is CPU-only)
   const ForwardPlan p = PlanForward(a);
-  ConvArgs dense = a;  // (seq_fix: the family's dense forward first)
-  if (p.seq_fix) dense.mode = SegmentMode::kRow;
-  const ConvArgs& f = p.seq_fix ? dense : a;
+  const ConvArgs f = p.seq_fix ? AsRows(a) : a;  // (seq_fix: the family's dense forward first)
   cudaError_t err = cudaSuccess;
   switch (p.family) {
     case ForwardPlan::kStream: err = ForwardStream(f, p, stream); break;
