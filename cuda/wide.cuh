@@ -244,16 +244,26 @@ __device__ __forceinline__ void TakeFromLanes(int L, unsigned bits, float x, flo
   }
 }
 
-// The leftover pre-activations of lane L's run `run_l` (window run run_l +
-// 1; outputs' ids in ido at kWideR * run_l + j) into out[j] of lane L.
+// The leftovers `bits` of lane L (WidePasses) into out[j] of lane L: output
+// j's id at ido[WideAt(o0 + j)], its sum over src (ids alongside) from
+// element e0 + j (WideMaskedSum, taps reversed where kReverse), plus init.
+// The pre-activations: src x, o0 = kWideR * run, e0 = o0 + kWideR (the
+// window's run after it); dx: src g, e0 = o0.
+template <bool kReverse>
+__device__ __forceinline__ void WideLeftSums(const float* src, const int32_t* ids, const int32_t* ido, int L,
+                                             unsigned bits, int o0, int e0, const float* taps, int W,
+                                             float init, float (&out)[kWideR]) {
+  const int j = threadIdx.x & (kWideR - 1);
+  const bool on = (bits >> j) & 1;
+  const float v = WideMaskedSum<kReverse>(on, src, ids, on ? ido[WideAt(o0 + j)] : kNoId, e0 + j, taps, W, init);
+  TakeFromLanes(L, bits, v, out);
+}
+
+// The leftover pre-activations of lane L's run `run_l` into out[j] of lane L.
 __device__ __forceinline__ void WideLeftPre(const float* xs, const int32_t* idx, const int32_t* ido, int L,
                                             unsigned bits, int run_l, const float* taps, int W, float bias,
                                             float (&out)[kWideR]) {
-  const int j = threadIdx.x & (kWideR - 1);
-  const bool on = (bits >> j) & 1;
-  const float v = WideMaskedSum<false>(on, xs, idx, on ? ido[WideAt(kWideR * run_l + j)] : kNoId,
-                                       kWideR * (run_l + 1) + j, taps, W, bias);
-  TakeFromLanes(L, bits, v, out);
+  WideLeftSums<false>(xs, idx, ido, L, bits, kWideR * run_l, kWideR * (run_l + 1), taps, W, bias, out);
 }
 
 // A lane's outputs for the chunk staged in xs (idx, ido: its ids), steps
@@ -294,6 +304,7 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
                                                 int W, int hp, float bias, bool silu, bool last, DyOf&& dy_of,
                                                 float& dbias, float (&dx)[kWideR]) {
   const int lane = threadIdx.x & 31;
+  const int nahead = hp / kWideR;
   auto g_of = [&](int run, float (&g)[kWideR]) {
     auto own = [&](int j) { return ido[WideAt(kWideR * run + j)]; };
     float dy[kWideR];
@@ -303,7 +314,10 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
       WidePre<kMasked>(xs, idx, s, masked, take, run + 1, taps, W, bias, pre);
     };
     auto left = [&](int L, unsigned bits) {
-      WideLeftPre(xs, idx, ido, L, bits, __shfl_sync(kFullMask, run, L), taps, W, bias, pre);
+      // (lanes >= nahead only repeat the last run after the chunk: theirs
+      // are not summed)
+      const int run_l = __shfl_sync(kFullMask, run, L);
+      if (run_l < kWideChunk / kWideR || L < nahead) WideLeftPre(xs, idx, ido, L, bits, run_l, taps, W, bias, pre);
     };
     unsigned live = ~0u;
     if (silu) {
@@ -319,7 +333,6 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
     for (int j = 0; j < kWideR; ++j)
       g[j] = (live >> j) & 1 ? (silu ? ActGrad(pre[j], dy[j], true) : dy[j]) : 0.f;
   };
-  const int nahead = hp / kWideR;
   for (int ahead = last; ahead >= 0; --ahead) {
     const int run = ahead ? kWideChunk / kWideR + min(lane, nahead - 1) : lane;
     float gr[kWideR];
@@ -381,11 +394,7 @@ __device__ __forceinline__ void WideBackwardRun(const float* xs, float* gs, cons
       if ((take >> j) & 1) dx[j] = acc[j];
   };
   auto dx_left = [&](int L, unsigned bits) {
-    const int j = lane & (kWideR - 1);
-    const bool on = (bits >> j) & 1;
-    const float v = WideMaskedSum<true>(on, gs, ido, on ? ido[WideAt(kWideR * L + j)] : kNoId, kWideR * L + j,
-                                        taps, W, 0.f);
-    TakeFromLanes(L, bits, v, dx);
+    WideLeftSums<true>(gs, ido, ido, L, bits, kWideR * L, kWideR * L, taps, W, 0.f, dx);
   };
   if constexpr (kMasked)
     WidePasses(clean, ido[0], own, dxs, dx_left);
