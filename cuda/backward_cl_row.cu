@@ -26,7 +26,7 @@ struct ClRowStage {
 };
 
 template <typename T, int kW, ClMask kMask>
-__global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW))
+__global__ void __launch_bounds__(kClX * kClY, ClBwdMinBlocks(kW, kMask == ClMask::kSeqIdx))
     BwdClRowKernel(const ConvArgs a, int64_t nchunk, int steps, float* ws) {
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClBwdVec(sizeof(T), kW), U = ClRowStage<T>::kU;

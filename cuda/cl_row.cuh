@@ -63,13 +63,18 @@ __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
 // types; unbounded it took 2 blocks' share); 3 at 16 spilled and measured
 // slower, as did 5 for the forward at 8. The forward also asks 4 at W 7
 // and 5 at W 6, where the seq_idx instantiations took one block fewer
-// than dense. Elsewhere
+// than dense; the backward's seq_idx instantiations ask 4 at W 5 and 6,
+// where unbounded they took 3 blocks' share against dense's 5 (4 fit
+// them without a spill and measured 10-13% faster: thirty-second
+// session; varlen's, 3 blocks at W 6, not measured). Elsewhere
 // unbounded: a bound of 1 let the backward take more registers at W 4 and
 // 8 and lose a block, and bounds of 5 on the backward at W 3..7 and on the
 // dense forward at W 4 spilled and measured slower (docs/performance-
 // log.md, eighth, fifteenth and seventeenth sessions).
 __host__ __device__ constexpr int ClFwdMinBlocks(int kW) { return kW >= 9 || kW == 7 ? 4 : kW == 6 ? 5 : 0; }
-__host__ __device__ constexpr int ClBwdMinBlocks(int kW) { return kW > 8 && kW <= 12 ? 3 : 0; }
+__host__ __device__ constexpr int ClBwdMinBlocks(int kW, bool seq_idx) {
+  return kW > 8 && kW <= 12 ? 3 : seq_idx && (kW == 5 || kW == 6) ? 4 : 0;
+}
 
 // kV channels of one time step kept as loaded (raw T, one 4-, 8- or 16-byte
 // word): half the registers of floats for 16-bit types.
