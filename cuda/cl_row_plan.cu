@@ -9,7 +9,9 @@
 namespace jcc::cuda {
 namespace {
 
-// The slice, from W = 8 on (below it the longer slice measured level): the
+// The slice, from W = 7 forward and W = 5 backward (below them the longer
+// slice measured level on an H100, and on an H200 2-4% slower forward at W
+// 5, 6; faster backward at W 5..7 there: thirty-second session): the
 // width's base (forward ClFwdSteps, backward kClBwdSteps) or twice it,
 // whichever the grid's waves favour. A wave is the blocks the GPU holds at
 // once; its time is taken as its blocks' slice plus a set-up: the taps and
@@ -20,12 +22,12 @@ namespace {
 // cell (docs/performance-log.md, 2026-11-27, thirteenth session). The
 // longer slice halves the blocks: it wins where it saves a wave (1.3 waves
 // to 1) or halves many; it loses where the base grid was one wave already.
-constexpr int kLongSliceMinWidth = 8;
+constexpr int kLongSliceMinWidth[2] = {7, 5};  // forward, backward
 
 int64_t Chunks(const ConvArgs& a, int64_t steps) { return CeilDiv(a.len, int64_t(kClY) * steps); }
 
 int Slice(const ConvArgs& a, bool backward, int base, int blocks_per_sm) {
-  if (a.width < kLongSliceMinWidth || blocks_per_sm <= 0) return base;
+  if (a.width < kLongSliceMinWidth[backward] || blocks_per_sm <= 0) return base;
   cudaError_t err = cudaSuccess;
   const int64_t sms = CurrentDeviceSms(&err);
   if (err != cudaSuccess) return base;
