@@ -38,7 +38,7 @@ for tool in memcheck racecheck initcheck synccheck; do
   PROBE_WALK=$([ $tool = initcheck ] && echo skip) timeout $T compute-sanitizer --tool $tool --error-exitcode 9 \
     python3 tests/gpu_sanitize_probe.py > "$OUT/sanitize_$tool.log" 2>&1
 done
-for f in test_gpu_1 test_gpu_2 test_gpu_3 test_torch test_scale; do echo "$f: $(tail -1 "$OUT/$f.log")"; done
+for f in test_gpu_1 test_gpu_2 test_gpu_3 test_gpu_4 test_torch test_scale; do echo "$f: $(tail -1 "$OUT/$f.log")"; done
 grep -h "^FAILED" "$OUT"/test_*.log | head -5
 for tool in memcheck racecheck initcheck initcheck_walk synccheck; do
   echo "compute-sanitizer $tool: $(grep -m1 'PROBE OK' "$OUT/sanitize_$tool.log") | $(grep -m1 'SUMMARY' "$OUT/sanitize_$tool.log")"
