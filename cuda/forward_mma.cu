@@ -24,14 +24,6 @@
 namespace jcc::cuda {
 namespace {
 
-// A bool known at compile time, where a run-time bool may stand too
-// (std::bool_constant's conversion is a host function to nvcc without
-// --expt-relaxed-constexpr).
-template <bool B>
-struct Fixed {
-  __device__ constexpr operator bool() const { return B; }
-};
-
 // The ids of steps o .. o + n (whole words of 4, o a multiple of 4) into
 // ids, by the whole block (its warps share a batch row): copies where in the
 // row (no commit: the x copies' group takes them), else HistoryId before

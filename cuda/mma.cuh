@@ -9,12 +9,31 @@
 
 namespace jcc::cuda {
 
+// A bool known at compile time, where a run-time bool may stand too
+// (std::bool_constant's conversion is a host function to nvcc without
+// --expt-relaxed-constexpr).
+template <bool B>
+struct Fixed {
+  __device__ constexpr operator bool() const { return B; }
+};
+
 // Four 8x8 matrices of 16-bit elements: lane 8i + r gives the address of
 // row r of matrix i (16 bytes, 16-byte aligned); r[i] receives this lane's
 // pair of matrix i (row lane / 4, columns 2 (lane % 4) and + 1).
 __device__ __forceinline__ void LdMatrixX4(const void* p, unsigned (&r)[4]) {
   const unsigned s = unsigned(__cvta_generic_to_shared(p));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s)
+               : "memory");
+}
+
+// LdMatrixX4 transposed: r[i] receives this lane's pair of matrix i's
+// transpose (rows 2 (lane % 4) and + 1 of column lane / 4): a row-major
+// matrix as the column fragments of B, or A^T from A's rows.
+__device__ __forceinline__ void LdMatrixX4Trans(const void* p, unsigned (&r)[4]) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(s)
                : "memory");
