@@ -182,7 +182,9 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
   BackwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
   const bool rows = VectorRowsFit(a, a.dy, a.dx);
-  if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, SharedIds(a) ? 1 : 4, &p.chunks_per_span)) > 0) {
+  if (rows && MmaBackwardFits(a) && (p.nchunk = MmaBackwardSpans(a, &p.chunks_per_span)) > 0) {
+    p.family = BackwardPlan::kMma;
+  } else if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, SharedIds(a) ? 1 : 4, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
@@ -228,6 +230,7 @@ cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream) {
   cudaError_t err = cudaSuccess;
   switch (p.family) {
     case BackwardPlan::kStream: err = BackwardStream(a, p, ws, stream); break;
+    case BackwardPlan::kMma: err = BackwardMma(a, p, ws, stream); break;
     case BackwardPlan::kWide: err = BackwardWide(a, p, ws, stream); break;
     case BackwardPlan::kWideCl: err = BackwardWideCl(a, p, ws, stream); break;
     case BackwardPlan::kClRow: err = BackwardClRow(a, p, ws, stream); break;

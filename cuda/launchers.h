@@ -10,9 +10,10 @@
 //   kStream (forward_stream.cu, backward_stream.cu): channels-first rows of
 //     whole aligned 16-byte vectors (x may be strided by whole vectors), one
 //     sequence per row or seq_idx, W <= 16;
-//   kMma (forward_mma.cu, mma.cuh): forward only, the same rows of bfloat16
-//     or float16 x, one sequence per row or seq_idx, W > 16, summed on
-//     tensor cores;
+//   kMma (forward_mma.cu, mma.cuh): the forward of the same rows of
+//     bfloat16 or float16 x, one sequence per row or seq_idx, W > 16, summed
+//     on tensor cores; (backward_mma.cu: a backward of bfloat16 rows at
+//     W 2..8 on tensor cores, opt-in while it is slower than kStream's);
 //   kMmaCl (forward_mma_cl.cu): forward only, kWideCl's problems of 16-bit
 //     x (W > 16), summed on tensor cores;
 //   (both tensor-core forwards take seq_idx up to a width as their dense
@@ -70,8 +71,8 @@ struct ForwardPlan {
 };
 
 struct BackwardPlan {
-  enum Family { kNone, kStream, kWide, kWideCl, kClRow, kTile } family = kNone;
-  int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx)
+  enum Family { kNone, kStream, kMma, kWide, kWideCl, kClRow, kTile } family = kNone;
+  int64_t chunks_per_span = 1;  // kStream, kMma: warp chunks a warp walks (kStream seq_idx: 1)
   int64_t nchunk = 0;   // partial sums per (batch row, channel): spans or time chunks
                         // (kClRow: completed by its launcher, as are nparts and steps)
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
@@ -93,6 +94,7 @@ cudaError_t ForwardTile(const ConvArgs& a, cudaStream_t stream);
 // seq_idx: the outputs a dense forward got wrong (forward_seq_fix.cu)
 cudaError_t FixSeqIdxForward(const ConvArgs& a, cudaStream_t stream);
 cudaError_t BackwardStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
+cudaError_t BackwardMma(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardWide(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 cudaError_t BackwardWideCl(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream);
 // (completes the plan: its slice, chunks and parts, from the kernel's occupancy)
@@ -102,6 +104,11 @@ cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cu
 // Plan pieces each family computes for itself (0 / kNone: it does not fit).
 int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chunks_per_span);
 int64_t WideSpans(const ConvArgs& a);  // spans per row, either wide family
+// kMma's backward (backward_mma.cu): whether a problem of the streaming
+// rows takes it (only with JCC_BWD_MMA=1: slower than kStream so far), and
+// its spans per row
+bool MmaBackwardFits(const ConvArgs& a);
+int64_t MmaBackwardSpans(const ConvArgs& a, int64_t* chunks_per_span);
 constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family
 // kClRow (cl_row_plan.cu): time chunks per row; *steps gets the time steps
 // a thread walks. The plan asks with blocks_per_sm 0 (the width's base

@@ -321,6 +321,31 @@ for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 8, 2056), 13, False, "plai
     case(("conv", dt.__name__, B, D, L, W, cl, mode))(
         lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
 
+
+
+def env_case(env, c):
+    """conv_case with environment variables set (an opt-in kernel)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        conv_case(*c)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+# 107..109: the tensor-core backward (opt-in, JCC_BWD_MMA=1): one chunk a
+# span, and spans of 8 (the hand-over between chunks, a partial last chunk)
+for dt, (B, D, L), W, cl, mode, span in ((jnp.bfloat16, (2, 12, 520), 4, False, "plain", "1"),
+                                         (jnp.bfloat16, (2, 8, 2056), 8, False, "states", "8"),
+                                         (jnp.bfloat16, (1, 5, 1040), 2, False, "states", "8")):
+    case(("conv", dt.__name__, B, D, L, W, cl, mode, "bwd_mma", span))(
+        lambda c=(dt, B, D, L, W, cl, mode), span=span: env_case(
+            {"JCC_BWD_MMA": "1", "JCC_BWD_MMA_SPAN": span}, c))
+
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]
