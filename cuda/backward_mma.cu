@@ -248,13 +248,8 @@ __global__ void __launch_bounds__(kStreamThreads, 6)
     for (int q = 0; q < kW; ++q) part[q] += k == q ? D[e] : 0.f;
   }
   part[kW] = gsum;
-  const float mine = WarpTapSums<kW>(part, lane);
-  if (lane <= kW) {
-    const int64_t bpg = BatchPerGroupFast(a), grp = DivFast(b, bpg);
-    const int64_t nparts = bpg * spans_per_row;
-    const int64_t partidx = (b - grp * bpg) * spans_per_row + pl.first_chunk / chunks_per_span;
-    ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + lane] = mine;
-  }
+  StoreSpanPartial<kW>(a, ws, b, d, spans_per_row, pl.first_chunk / chunks_per_span, lane,
+                       WarpTapSums<kW>(part, lane));
 }
 
 }  // namespace

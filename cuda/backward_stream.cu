@@ -130,14 +130,8 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
   }
 
   // Warp reduction, then lane k writes tap k's partial.
-  const float mine = WarpTapSums<kW>(part, lane);
-  // slot k < kW is tap k, slot kW the bias
-  if (lane <= kW) {
-    const int64_t bpg = BatchPerGroupFast(a), grp = DivFast(b, bpg);
-    const int64_t nparts = bpg * spans_per_row;
-    const int64_t partidx = (b - grp * bpg) * spans_per_row + pl.first_chunk / chunks_per_span;
-    ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + lane] = mine;
-  }
+  StoreSpanPartial<kW>(a, ws, b, d, spans_per_row, pl.first_chunk / chunks_per_span, lane,
+                       WarpTapSums<kW>(part, lane));
 }
 
 // The kernel's static shared memory: the warps' mask words (each lane
