@@ -42,10 +42,10 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
   const int64_t L = a.len, b = pl.b, d = pl.d;
   const int64_t nchunks = CeilDiv(L, int64_t(S::kChunk));
   const int64_t chunk_end = Min64(nchunks, pl.first_chunk + chunks_per_span);
-  const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
-  const int64_t row = a.io_layout().At(b, d, 0);
-  const T* dyrow = static_cast<const T*>(a.dy) + row;
-  T* dxrow = static_cast<T*>(a.dx) + row;
+  const BackwardRows<T> rows(a, b, d);
+  const T* xrow = rows.x;
+  const T* dyrow = rows.dy;
+  T* dxrow = rows.dx;
   const bool silu = a.act == Activation::kSilu;
   float w[kW];
   const float bias = LoadStreamTaps<kW>(a, b, d, w);

@@ -31,10 +31,10 @@ __global__ void __launch_bounds__(kStreamThreads, kMasked ? 3 : 4)
   int32_t* ido = reinterpret_cast<int32_t*>(mine + sm.ido);  // ids of the g buffer's steps
   T* raw = reinterpret_cast<T*>(mine + sm.raw);
   const int64_t L = a.len, b = pl.b, d = pl.d;
-  const T* xrow = static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0);
-  const int64_t row = a.io_layout().At(b, d, 0);
-  const T* dyrow = static_cast<const T*>(a.dy) + row;
-  T* dxrow = static_cast<T*>(a.dx) + row;
+  const BackwardRows<T> rows(a, b, d);
+  const T* xrow = rows.x;
+  const T* dyrow = rows.dy;
+  T* dxrow = rows.dx;
   const bool silu = a.act == Activation::kSilu;
   const int32_t hist = kMasked ? HistoryId(a, b) : 0;
   const float bias = StageWideTaps(a, b, d, true, taps);

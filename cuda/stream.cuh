@@ -78,6 +78,21 @@ __host__ __device__ __forceinline__ int64_t StreamBlocks(const ConvArgs& a, int6
   return a.batch * CeilDiv(a.dim, kStreamWarps) * spans_per_row;
 }
 
+// The backward's rows of channel row (b, d), channels-first: x (strided
+// by whole vectors), dy and dx.
+template <typename T>
+struct BackwardRows {
+  const T* x;
+  const T* dy;
+  T* dx;
+  __device__ __forceinline__ BackwardRows(const ConvArgs& a, int64_t b, int64_t d)
+      : x(static_cast<const T*>(a.x) + a.x_layout().At(b, d, 0)) {
+    const int64_t row = a.io_layout().At(b, d, 0);
+    dy = static_cast<const T*>(a.dy) + row;
+    dx = static_cast<T*>(a.dx) + row;
+  }
+};
+
 // The kW taps of row (b, d) (the streaming kernels run at W == kW), and its
 // bias.
 template <int kW>
