@@ -168,7 +168,10 @@ __global__ void __launch_bounds__(kStreamThreads, 6)
         // reads its first 8, zero there)
         float acc[4];
         MmaTile<T, 1>(xs + o + arow, 1, pre_hi, pre_lo, split, acc);
-        if (!MmaSumsFinite(acc)) {  // (rare: again tap by tap, as the streaming kernels)
+        // (rare: again tap by tap, as the streaming kernels. Not MmaTileExact:
+        // inlined, its taps read by dtype from global memory put address
+        // arithmetic into every tile of this loop.)
+        if (!MmaSumsFinite(acc)) {
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const T* src = xs + o + first + (i & 1) + 64 * (i >> 1) + kBmP - H;  // x at t - H
