@@ -30,7 +30,7 @@
 #include "launchers.h"
 #include "mma.cuh"
 #include "stream.cuh"
-#include "wide_cf.cuh"  // IssueWideX
+#include "cp_async.cuh"
 
 namespace jcc::cuda {
 namespace {
@@ -97,6 +97,9 @@ __global__ void __launch_bounds__(kStreamThreads, 6)
   const T* xrow = rows.x;
   const T* dyrow = rows.dy;
   T* dxrow = rows.dx;
+  // (opaque to the compiler, so that it keeps the rows' addresses rather
+  // than computing them again from the arguments at every copy)
+  asm("" : "+l"(xrow), "+l"(dyrow), "+l"(dxrow));
   const bool silu = a.act == Activation::kSilu;
   float w[kW];
   const float bias = LoadStreamTaps<kW>(a, b, d, w);
@@ -116,16 +119,31 @@ __global__ void __launch_bounds__(kStreamThreads, 6)
   const int count = int(chunk_end - pl.first_chunk);
   // the q-th chunk walked (chunk_end - 1 - q) into stage q % kBmStages: a
   // copy group per chunk (empty past the span)
+  // (unrolled by the lane's vectors from one address a tensor: the loop of
+  // IssueWideX recomputed the row's address for every vector)
   auto issue = [&](int q) {
-    if (q >= count) return CpAsyncCommit();
-    const int64_t c0 = (chunk_end - 1 - q) * kBmChunk;
-    T* xs = base + q % kBmStages * kBmStage;
-    T* dys = xs + kBmX;
-    for (int v = lane; v < kBmChunk / 8; v += 32) {
-      const int64_t t = c0 + 8 * v;
-      CpAsync<16>(dys + 8 * v, t < L ? dyrow + t : dyrow, t < L);
+    if (q < count) {
+      const int64_t c0 = (chunk_end - 1 - q) * kBmChunk;
+      T* xs = base + q % kBmStages * kBmStage + 8 * lane;
+      T* dys = xs + kBmX;
+      const int64_t t0 = c0 + 8 * lane;  // this lane's first dy vector; x's from t0 - kBmP
+      const T* dyp = dyrow + t0;
+      const T* xp = xrow + (t0 - kBmP);
+#pragma unroll
+      for (int i = 0; i < kBmChunk / 8 / 32; ++i) {
+        const bool in = t0 + 256 * i < L;
+        CpAsync<16>(dys + 256 * i, in ? dyp + 256 * i : dyrow, in);
+      }
+#pragma unroll
+      for (int i = 0; i < (kBmX / 8 + 31) / 32; ++i) {
+        if (32 * (i + 1) > kBmX / 8 && lane + 32 * i >= kBmX / 8) break;
+        const int64_t t = t0 - kBmP + 256 * i;
+        if (i > 0 || t >= 0) CpAsync<16>(xs + 256 * i, t < L ? xp + 256 * i : xrow, t < L);
+      }
+      // (t < 0 only for the row's first vector: the initial states or zeros)
+      if (c0 == 0 && lane == 0) *reinterpret_cast<uint4*>(xs) = LoadVectorBefore<T>(a, xrow, b, d, -kBmP);
     }
-    IssueWideX<T>(a, xrow, b, d, c0 - kBmP, kBmX, xs);  // (commits the group)
+    CpAsyncCommit();
   };
   for (int q = 0; q < kBmStages - 1; ++q) issue(q);
 
