@@ -1,4 +1,4 @@
-// The tensor-core backward (opt-in, JCC_BWD_MMA=1: see MmaBackwardFits):
+// The tensor-core backward (the plan's at W 8; JCC_BWD_MMA: see MmaBackwardFits):
 // the streaming family's channels-first rows of whole aligned vectors,
 // bfloat16 x, one sequence per row, 2 <= W <= 8. The
 // streaming backward spends most of its instructions on the three W-tap sums
@@ -273,31 +273,40 @@ __global__ void __launch_bounds__(kStreamThreads, 6)
                        WarpTapSums<kW>(part, lane));
 }
 
-}  // namespace
-
-// Off unless JCC_BWD_MMA=1 (read at each call): on the H200 this kernel
-// is still slower than the streaming backward at every W <= 8, so the plan
-// keeps the streaming one (docs/performance-log.md, thirty-third session).
-bool MmaBackwardFits(const ConvArgs& a) {
-  const char* e = std::getenv("JCC_BWD_MMA");
-  if (e == nullptr || e[0] != '1' || e[1] != 0) return false;
-  return (kBuiltTypes & 4) != 0 && a.x_dtype == DType::kBF16 && a.mode == SegmentMode::kRow && a.width >= 2 &&
-         a.width <= 8;
-}
-
 // Chunks a span: the most (up to kBmMaxSpan) that leaves at least 32768
-// warps; JCC_BWD_MMA_SPAN = 1, 2, 4 or 8 sets it (tests and diagnosis: the
-// hand-over between chunks at small shapes), read at each call as
-// dispatch.cu's JCC_FWD_SPAN is.
-int64_t MmaBackwardSpans(const ConvArgs& a, int64_t* chunks_per_span) {
+// warps.
+int64_t DefaultSpan(const ConvArgs& a) {
   const int64_t per_row = CeilDiv(a.len, kBmChunk), rows = a.batch * a.dim;
   int64_t k = 1;
+  while (2 * k <= kBmMaxSpan && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768) k *= 2;
+  return k;
+}
+
+}  // namespace
+
+// The plan takes it at W 8 where its span is the longest: on the H200 its
+// time is about level across W 2..8 there, and the streaming backward's
+// grows with W, below it up to W 7; at spans of one chunk (the small,
+// launch-bound shapes) it was slower at W 8 too (docs/performance-log.md,
+// thirty-fourth session). JCC_BWD_MMA=1 takes it at every W 2..8 and
+// span, JCC_BWD_MMA=0 never (tests and diagnosis; read at each call).
+bool MmaBackwardFits(const ConvArgs& a) {
+  const char* e = std::getenv("JCC_BWD_MMA");
+  const bool set = e != nullptr && (e[0] == '0' || e[0] == '1') && e[1] == 0;
+  if (set && e[0] == '0') return false;
+  const bool fits = (kBuiltTypes & 4) != 0 && a.x_dtype == DType::kBF16 &&
+                    a.mode == SegmentMode::kRow && a.width >= 2 && a.width <= 8;
+  return fits && (set || (a.width == 8 && DefaultSpan(a) == kBmMaxSpan));
+}
+
+// Chunks a span: DefaultSpan's, or JCC_BWD_MMA_SPAN = 1, 2, 4 or 8 (tests
+// and diagnosis: the hand-over between chunks at small shapes), read at
+// each call as dispatch.cu's JCC_FWD_SPAN is.
+int64_t MmaBackwardSpans(const ConvArgs& a, int64_t* chunks_per_span) {
+  const int64_t per_row = CeilDiv(a.len, kBmChunk);
+  int64_t k = DefaultSpan(a);
   const char* e = std::getenv("JCC_BWD_MMA_SPAN");
-  if (e != nullptr && (e[0] == '1' || e[0] == '2' || e[0] == '4' || e[0] == '8') && e[1] == 0) {
-    k = e[0] - '0';
-  } else {
-    while (2 * k <= kBmMaxSpan && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768) k *= 2;
-  }
+  if (e != nullptr && (e[0] == '1' || e[0] == '2' || e[0] == '4' || e[0] == '8') && e[1] == 0) k = e[0] - '0';
   *chunks_per_span = k;
   const int64_t spans = CeilDiv(per_row, k);
   return StreamBlocks(a, spans) <= INT32_MAX ? spans : 0;

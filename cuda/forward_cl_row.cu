@@ -25,10 +25,11 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
   constexpr int kThreadsPerBlock = kClX * kClY;
-  // Whole groups unrolled (StepKind) past W = 4; at W <= 4 (words of 8
-  // channels at 16-bit types) they measured slower than the step loop
-  // (docs/performance-log.md, 2026-11-26, sixth session).
-  constexpr bool kGroups = kW > 4;
+  // Whole groups unrolled (StepKind) past W = 1. (With words of 8 channels
+  // at 16-bit types, W <= 4's before the thirty-fourth session, they had
+  // measured slower than the step loop: docs/performance-log.md,
+  // 2026-11-26, sixth session.)
+  constexpr bool kGroups = kW > 1;
   using Raw = ChRaw<T, kV>;
   // stage[buffer][tensor: x, residual][step][thread], dynamic: the residual
   // half only when there is a residual

@@ -105,8 +105,8 @@ cudaError_t BackwardTile(const ConvArgs& a, const BackwardPlan& p, float* ws, cu
 int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chunks_per_span);
 int64_t WideSpans(const ConvArgs& a);  // spans per row, either wide family
 // kMma's backward (backward_mma.cu): whether a problem of the streaming
-// rows takes it (only with JCC_BWD_MMA=1: slower than kStream so far), and
-// its spans per row
+// rows takes it (W 8 at its longest span; JCC_BWD_MMA=1: W 2..8, =0:
+// never), and its spans per row
 bool MmaBackwardFits(const ConvArgs& a);
 int64_t MmaBackwardSpans(const ConvArgs& a, int64_t* chunks_per_span);
 constexpr int kWideClCh = 8;  // channels (warps) per block of the channels-last wide family

@@ -346,6 +346,13 @@ for dt, (B, D, L), W, cl, mode, span in ((jnp.bfloat16, (2, 12, 520), 4, False, 
         lambda c=(dt, B, D, L, W, cl, mode), span=span: env_case(
             {"JCC_BWD_MMA": "1", "JCC_BWD_MMA_SPAN": span}, c))
 
+# 110..111: the channels-last row forward at W 2..4 in W 5..8's words and
+# slices (thirty-fourth session), seq_idx and states at the longer slice
+for dt, (B, D, L), W, mode, steps, base in ((jnp.bfloat16, (2, 40, 1100), 4, "seq", 128, 64),
+                                            (jnp.float32, (1, 12, 1100), 2, "states", 128, 64)):
+    case(("clslice", dt.__name__, B, D, L, W, mode))(
+        lambda c=(dt, B, D, L, W, mode, steps, base): cl_slice_case(*c))
+
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]

@@ -1,7 +1,7 @@
-"""The tensor-core backward (cuda/backward_mma.cu, opt-in: JCC_BWD_MMA=1
-while it is slower than the streaming backward): channels-first rows of
+"""The tensor-core backward (cuda/backward_mma.cu: the plan's at W 8,
+JCC_BWD_MMA=1 takes it at every W, =0 never): channels-first rows of
 bfloat16 x, one sequence per row, 2 <= W <= 8. Against the CPU kernels (and
-the streaming backward, JCC_BWD_MMA unset, on the non-finite cases):
+the streaming backward, JCC_BWD_MMA=0, on the non-finite cases):
 widths 2..8, spans of one and of eight chunks of 512 steps
 (JCC_BWD_MMA_SPAN; the g after a chunk handed over from the chunk walked
 before it), rows that end inside a chunk and inside a tile, initial and
@@ -92,7 +92,7 @@ def test_small_mma_backward_nonfinite(monkeypatch, W, span):
     # (a new program for each setting: one replayed from a CUDA graph would
     # keep the launch it recorded under the first)
     got = run(GPU, lambda *a: f(*a), *args)
-    monkeypatch.delenv("JCC_BWD_MMA")
+    monkeypatch.setenv("JCC_BWD_MMA", "0")
     stream = run(GPU, lambda *a: f(*a), *args)
     cpu = run(CPU, f, *args)
     for i, (g, s, c) in enumerate(zip(got, stream, cpu)):
