@@ -27,10 +27,10 @@ constexpr int kClY = 4;
 // more and a thread holds fewer channels. A call takes the width's base
 // slice or twice it (cl_row_plan.cu chooses from the grid's size); the
 // kernels size their ids for the longer. W 2..4 take W 5..8's slice and
-// word (below): with 16-byte words their taps and window of 8 channels
-// held 117-148 registers at 16-bit types (3-4 blocks an SM), and the
-// forward ran slower than at W 5 (docs/performance-log.md, thirty-fourth
-// session).
+// word (below): with 16-byte words the taps and window of 8 channels
+// held 117-148 registers at W 4 at 16-bit types (3-4 blocks an SM), and
+// the forward ran slower there than at W 5 (docs/performance-log.md,
+// thirty-fourth session).
 __host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 1 ? 32 : kW <= 8 ? 64 : 128; }
 __host__ __device__ constexpr int ClFwdMaxSteps(int kW) { return 2 * ClFwdSteps(kW); }
 // Time steps per thread, backward: kClBwdSteps or twice it (cl_row_plan.cu;

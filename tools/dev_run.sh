@@ -14,16 +14,15 @@ bash tools/device_build.sh || exit 1
 K=${1:-}; shift || true
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 T=${TEST_TIMEOUT:-330}
-memcheck() {  # part $1 of 4 of the probe under memcheck, its exit status at the log's end
-  timeout $T compute-sanitizer --tool memcheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
-    "$1" 4 > "$OUT/memcheck$1.log" 2>&1
-  echo "EXIT STATUS $?" >> "$OUT/memcheck$1.log"
+memcheck() {  # part $1 of 4 of the probe under memcheck (tools/sanitize_probe.sh)
+  ( source tools/sanitize_probe.sh && sanitize $T memcheck "$OUT/memcheck$1.log" -- "$1" 4 )
 }
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   ( timeout $T python3 -m pytest -q -p no:cacheprovider -n 3 ${TEST_FILES:-tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_seq_idx_stream.py tests/test_gpu_fwd_span.py tests/test_gpu_cl_slice.py} ${K:+-k "$K"} > "$OUT/test_gpu.log" 2>&1 &
+    ( source tools/sanitize_probe.sh && warm_probe_cache 150 )  # (the programs compiled once, unsanitized)
     for part in 0 1 2 3; do
       memcheck $part &
-      sleep 6  # (compute-sanitizers started together often segfault at start)
+      sleep 6
     done
     wait )
   # a part whose sanitizer died at start (no PROBE line) runs once more, alone

@@ -18,29 +18,28 @@ source tools/gpu_test_parts.sh
 ( gpu_test_parts $T
   timeout $T python3 -m pytest -q tests/test_torch.py -k "cuda or gpu" > "$OUT/test_torch.log" 2>&1 &
   timeout $T python3 -m pytest -q tests/test_scale.py > "$OUT/test_scale.log" 2>&1 &
-  for tool in memcheck initcheck synccheck; do
-    # (initcheck: the two large walk cases apart, below)
-    PROBE_WALK=$([ $tool = initcheck ] && echo skip) timeout $T compute-sanitizer --tool $tool --error-exitcode 9 \
-      python3 tests/gpu_sanitize_probe.py > "$OUT/sanitize_$tool.log" 2>&1 &
-  done
+  # the sanitizers from a filled compilation cache (tools/sanitize_probe.sh),
+  # their starts staggered; initcheck on the two large walk cases apart,
+  # only our streaming kernels instrumented
+  ( source tools/sanitize_probe.sh
+    warm_probe_cache 150
+    sanitize $T memcheck "$OUT/sanitize_memcheck.log" & sleep 15
+    sanitize $T racecheck "$OUT/sanitize_racecheck.log" & sleep 15
+    PROBE_WALK=skip sanitize $T initcheck "$OUT/sanitize_initcheck.log" & sleep 15
+    sanitize $T synccheck "$OUT/sanitize_synccheck.log" &
+    wait
+    PROBE_WALK=only sanitize $T initcheck "$OUT/sanitize_initcheck_walk.log" --kernel-name kns=Stream ) &
   wait )
-# initcheck on the walk cases, only our streaming kernels instrumented
-PROBE_WALK=only timeout $T compute-sanitizer --tool initcheck --error-exitcode 9 --kernel-name kns=Stream \
-  python3 tests/gpu_sanitize_probe.py > "$OUT/sanitize_initcheck_walk.log" 2>&1
-# racecheck alone: beside the other runs it has crashed (segfault) inside the tool
-timeout $T compute-sanitizer --tool racecheck --error-exitcode 9 python3 tests/gpu_sanitize_probe.py \
-  > "$OUT/sanitize_racecheck.log" 2>&1
-# the tools have crashed at times (memcheck and initcheck beside the tests,
-# racecheck even alone): run any that did not finish once more, alone
+# any tool that did not finish runs once more, alone
 for tool in memcheck racecheck initcheck synccheck; do
   grep -q 'PROBE OK' "$OUT/sanitize_$tool.log" && continue
   echo "compute-sanitizer $tool did not finish; again, alone"
-  PROBE_WALK=$([ $tool = initcheck ] && echo skip) timeout $T compute-sanitizer --tool $tool --error-exitcode 9 \
-    python3 tests/gpu_sanitize_probe.py > "$OUT/sanitize_$tool.log" 2>&1
+  ( source tools/sanitize_probe.sh
+    PROBE_WALK=$([ $tool = initcheck ] && echo skip) sanitize $T $tool "$OUT/sanitize_$tool.log" )
 done
 for f in test_gpu_1 test_gpu_2 test_gpu_3 test_gpu_4 test_torch test_scale; do echo "$f: $(tail -1 "$OUT/$f.log")"; done
 grep -h "^FAILED" "$OUT"/test_*.log | head -5
 for tool in memcheck racecheck initcheck initcheck_walk synccheck; do
-  echo "compute-sanitizer $tool: $(grep -m1 'PROBE OK' "$OUT/sanitize_$tool.log") | $(grep -m1 'SUMMARY' "$OUT/sanitize_$tool.log")"
+  echo "compute-sanitizer $tool: $(grep -m1 'PROBE OK' "$OUT/sanitize_$tool.log") | $(grep -m1 'SUMMARY' "$OUT/sanitize_$tool.log") | $(grep -m1 'EXIT STATUS' "$OUT/sanitize_$tool.log")"
 done
 echo "total: $((SECONDS - t0)) s"
