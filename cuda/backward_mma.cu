@@ -45,27 +45,19 @@ constexpr int kBmMaxSpan = 8;         // chunks a span at most
 constexpr int kBmX = kBmChunk + kBmP, kBmStage = kBmX + kBmChunk, kBmG = kBmChunk + 16;
 constexpr int kBmWarpElems = kBmStages * kBmStage + 2 * kBmG;
 
-// B fragments (16 x 8) of the taps: entry (m, i) is w[tap(m, i)], zero off
-// [0, kW); this lane's entries are rows 2 (lane % 4) (+1) (+8), column lane / 4.
+// B fragments (16 x 8) of the taps (MmaTapFragment): entry (m, i) is
+// w[tap(m, i)], zero off [0, kW); this lane's column is i = lane / 4.
 template <typename T, int kW, typename F>
 __device__ __forceinline__ void TapFragments(const float (&w)[kW], F&& tap, unsigned (&hi)[1][2],
                                              unsigned (&lo)[1][2]) {
-  const int lane = threadIdx.x & 31, i = lane >> 2;
-  auto at = [&](int m) {
+  const int i = (threadIdx.x & 31) >> 2;
+  MmaTapFragment<T>(0, [&](int m) {
     const int k = tap(m, i);
     float v = 0.f;
 #pragma unroll
     for (int q = 0; q < kW; ++q) v = k == q ? w[q] : v;  // (no local array indexed at run time)
     return v;
-  };
-  auto rest = [](float v) { return v - ToF(FromF<T>(v)); };
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int m = 2 * (lane & 3) + 8 * h;
-    const float w0 = at(m), w1 = at(m + 1);
-    hi[0][h] = PackPair<T>(w0, w1);
-    lo[0][h] = PackPair<T>(rest(w0), rest(w1));
-  }
+  }, hi[0], lo[0]);
 }
 
 // g into its two parts at staged step e (even) of the hi and lo buffers: a

@@ -13,7 +13,8 @@
 //   kMma (forward_mma.cu, mma.cuh): the forward of the same rows of
 //     bfloat16 or float16 x, one sequence per row or seq_idx, W > 16, summed
 //     on tensor cores; (backward_mma.cu: a backward of bfloat16 rows at
-//     W 2..8 on tensor cores, opt-in while it is slower than kStream's);
+//     W 2..8 on tensor cores, the plan's at W 8 where it walks the longest
+//     spans: MmaBackwardFits);
 //   kMmaCl (forward_mma_cl.cu): forward only, kWideCl's problems of 16-bit
 //     x (W > 16), summed on tensor cores;
 //   (both tensor-core forwards take seq_idx up to a width as their dense

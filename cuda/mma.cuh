@@ -83,6 +83,23 @@ __device__ __forceinline__ int MmaLaneRow(int lane) { return 8 * ((lane & 7) + 8
 // 2 (lane % 4) (+1), i.e. steps t0 + first (+ 64) (+1).
 __device__ __forceinline__ int MmaLaneFirst(int lane) { return 8 * (lane >> 2) + 2 * (lane & 3); }
 
+// This lane's B fragment of one k-step, in two parts hi + lo of T (lo: what
+// T loses of each entry, for weights not of x's dtype): the pairs of rows
+// m0 + 2 (lane % 4) (+1) and + 8 (+9) of its column; tap(m) is row m's
+// entry of that column.
+template <typename T, typename F>
+__device__ __forceinline__ void MmaTapFragment(int m0, F&& tap, unsigned (&hi)[2], unsigned (&lo)[2]) {
+  const int lane = threadIdx.x & 31;
+  auto rest = [](float w) { return w - ToF(FromF<T>(w)); };
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int m = m0 + 2 * (lane & 3) + 8 * h;
+    const float w0 = tap(m), w1 = tap(m + 1);
+    hi[h] = PackPair<T>(w0, w1);
+    lo[h] = PackPair<T>(rest(w0), rest(w1));
+  }
+}
+
 // This lane's B fragments of taps group (b, d) for k-steps kk < nk: the
 // pairs of rows 16 kk + 2 (lane % 4) (+1) and + 8 (+9) of column lane / 4.
 // Returns whether the lo parts are needed (weights not of x's dtype). (A tap
@@ -96,17 +113,9 @@ __device__ __forceinline__ bool MmaTaps(const ConvArgs& a, int64_t b, int64_t d,
     const int k = m - col - shift;
     return k >= 0 && k < W ? LoadAnyF(a.weight, a.w_dtype, wrow * W + k) : 0.f;
   };
-  auto rest = [](float w) { return w - ToF(FromF<T>(w)); };
 #pragma unroll
-  for (int kk = 0; kk < kNK; ++kk) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = 16 * kk + 2 * (lane & 3) + 8 * h;
-      const float w0 = kk < nk ? tap(m) : 0.f, w1 = kk < nk ? tap(m + 1) : 0.f;
-      hi[kk][h] = PackPair<T>(w0, w1);
-      lo[kk][h] = PackPair<T>(rest(w0), rest(w1));
-    }
-  }
+  for (int kk = 0; kk < kNK; ++kk)
+    MmaTapFragment<T>(16 * kk, [&](int m) { return kk < nk ? tap(m) : 0.f; }, hi[kk], lo[kk]);
   return a.w_dtype != a.x_dtype;
 }
 
