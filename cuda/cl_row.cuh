@@ -26,12 +26,16 @@ constexpr int kClY = 4;
 // slice's set-up (its taps, the history of W - 1 steps read again) costs
 // more and a thread holds fewer channels. A call takes the width's base
 // slice or twice it (cl_row_plan.cu chooses from the grid's size); the
-// kernels size their ids for the longer. W 2..4 take W 5..8's slice and
-// word (below): with 16-byte words the taps and window of 8 channels
-// held 117-148 registers at W 4 at 16-bit types (3-4 blocks an SM), and
-// the forward ran slower there than at W 5 (docs/performance-log.md,
-// thirty-fourth session).
-__host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 1 ? 32 : kW <= 8 ? 64 : 128; }
+// kernels size their ids for the longer. W 1..4 take W 5..8's slice,
+// word (below) and unrolled groups: with 16-byte words the taps and
+// window of 8 channels held 117-148 registers at W 4 at 16-bit types (3-4
+// blocks an SM), and the forward ran slower there than at W 5
+// (docs/performance-log.md, thirty-fourth session); W 1, in 16-byte words,
+// 32-step slices and the step loop before, measured slower than W 2 (and
+// faster in W 2's configuration: thirty-fifth session). W 7 / 8 in 4-byte
+// words held 80-96 registers against 96-128, and measured 8-14% slower
+// (thirty-fifth session).
+__host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 8 ? 64 : 128; }
 __host__ __device__ constexpr int ClFwdMaxSteps(int kW) { return 2 * ClFwdSteps(kW); }
 // Time steps per thread, backward: kClBwdSteps or twice it (cl_row_plan.cu;
 // W <= 4 has no shared memory left for more ids); never fewer, as a
@@ -47,11 +51,11 @@ __host__ __device__ constexpr bool ClStepsValid(bool backward, int kW, int steps
                                      : steps >= 8 && steps <= ClFwdMaxSteps(kW));
 }
 
-// Channels per thread: the forward's word is 16, 8 or 4 bytes as the width
-// grows (W 1, 2..8, 9..16); the backward keeps 4 channels (W <= 4), then
+// Channels per thread: the forward's word is 8 or 4 bytes as the width
+// grows (W 1..8, 9..16); the backward keeps 4 channels (W <= 4), then
 // 2, then 1, in words of at least 4 bytes (cp.async's smallest).
 __host__ __device__ constexpr int ClFwdVec(int bytes_of_t, int kW) {
-  return (kW <= 1 ? 16 : kW <= 8 ? 8 : 4) / bytes_of_t;
+  return (kW <= 8 ? 8 : 4) / bytes_of_t;
 }
 __host__ __device__ constexpr int ClBwdVec(int bytes_of_t, int kW) {
   const int v = kW <= 4 ? 4 : kW <= 8 ? 2 : 1;

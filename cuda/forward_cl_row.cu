@@ -25,11 +25,6 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   constexpr bool kMasked = kMask != ClMask::kNone, kIds = kMask == ClMask::kSeqIdx;
   constexpr int H = kW - 1, kHs = H > 0 ? H : 1, kV = ClFwdVec(sizeof(T), kW), U = kStage;
   constexpr int kThreadsPerBlock = kClX * kClY;
-  // Whole groups unrolled (StepKind) past W = 1. (With words of 8 channels
-  // at 16-bit types, W <= 4's before the thirty-fourth session, they had
-  // measured slower than the step loop: docs/performance-log.md,
-  // 2026-11-26, sixth session.)
-  constexpr bool kGroups = kW > 1;
   using Raw = ChRaw<T, kV>;
   // stage[buffer][tensor: x, residual][step][thread], dynamic: the residual
   // half only when there is a residual
@@ -187,7 +182,7 @@ __global__ void __launch_bounds__(kClX * kClY, ClFwdMinBlocks(kW))
   for (int64_t t = ts; t < te; t += U, buf ^= 1) {
     StageNextGroup<U>(t, te, buf, stage_group);
     WalkGroup<kMask, H, U, true>(
-        ids, t, ts, kGroups && t + U <= te, idw, run, [&] { full_group(t, buf, Dense()); },
+        ids, t, ts, t + U <= te, idw, run, [&] { full_group(t, buf, Dense()); },
         [&] { padding_group(t, buf); }, [&] { full_group(t, buf, Masked()); },
         [&] {
           for (int u = 0; u < U && t + u < te; ++u)

@@ -105,6 +105,9 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (1, 32, 1100), 16, True, "states"),
     # channels-last rows, 16-bit W > 8 with a partial warp (20 channels)
     (jnp.bfloat16, (2, 20, 700), 14, True, "seq"),
+    # channels-last rows at W = 1 (W 2's words and slices since the thirty-fifth session)
+    (jnp.bfloat16, (2, 64, 700), 1, True, "seqpad"),
+    (jnp.float32, (1, 8, 300), 1, True, "states"),
 ]
 def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)

@@ -21,7 +21,7 @@ from gpu_support import GPU, MARKS, check, grads, inputs, run, same_under_settin
 
 pytestmark = MARKS
 
-BASE = {2: 64, 3: 64, 4: 64, 7: 64, 8: 64, 11: 128, 16: 128}   # ClFwdSteps(W)
+BASE = {1: 64, 2: 64, 3: 64, 4: 64, 7: 64, 8: 64, 11: 128, 16: 128}   # ClFwdSteps(W)
 
 # (dtype, B, D, L, W, mode): L is no multiple of a block's steps (4 slices)
 CASES = [("bfloat16", 2, 72, 1000, 3, "dense"), ("float32", 2, 40, 1000, 3, "seq"),
@@ -29,7 +29,8 @@ CASES = [("bfloat16", 2, 72, 1000, 3, "dense"), ("float32", 2, 40, 1000, 3, "seq
          ("float32", 2, 12, 2100, 11, "seq"), ("bfloat16", 1, 16, 2100, 11, "dense"),
          ("bfloat16", 2, 20, 2100, 16, "seq"), ("float32", 1, 8, 2100, 16, "varlen"),
          ("bfloat16", 1, 24, 1100, 7, "varlen"), ("bfloat16", 2, 40, 1000, 4, "seq"),
-         ("float16", 1, 24, 1000, 2, "dense"), ("float32", 2, 12, 1000, 4, "varlen")]
+         ("float16", 1, 24, 1000, 2, "dense"), ("float32", 2, 12, 1000, 4, "varlen"),
+         ("bfloat16", 2, 48, 1000, 1, "seq"), ("float32", 1, 8, 1100, 1, "dense")]
 
 
 def ids_for(rng, B, L):
