@@ -105,24 +105,18 @@ def test_the_small_seq_idx_forward():
     assert wins(cfg(ROWS, False), 2, 8, 4096, 4096, 4)
 
 
-def test_the_channels_last_float32_w2_forward():
-    # channels-last dense at W = 2 in float32, a forward nothing
-    # differentiates, without states: XLA at any size; the kernel in 16-bit
-    # types, at W 3, with seq_idx, with initial or final states, when
-    # differentiated and for the backward
+def test_the_channels_last_forward():
+    # channels-last: the kernel at every W past 1, float32 W = 2 dense alone
+    # included (XLA's until the thirty-fifth session), with or without
+    # states, differentiated or not, of any size
     def wins(c, W, size=4, backward=False, states=False):
         return gpu_kernel_wins(c, W, 4096, size, 8, 4096, backward, states)
     rows = cfg(ROWS, True)
-    assert [wins(rows, W) for W in (1, 2, 3, 4)] == [False, False, True, True]
-    assert not gpu_kernel_wins(rows, 2, 4096, 4) and not gpu_kernel_wins(rows, 2, 64, 4, 1, 16)
+    assert [wins(rows, W) for W in (1, 2, 3, 4)] == [False, True, True, True]
+    assert gpu_kernel_wins(rows, 2, 4096, 4) and gpu_kernel_wins(rows, 2, 64, 4, 1, 16)
     assert wins(rows, 2, size=2) and wins(cfg(SEQ_IDX, True), 2)
     assert wins(rows, 2, states=True) and wins(rows, 2, backward=True)
-    final = ConvConfig(activation="silu", mode=ROWS, channels_last=True, states_channels_last=True,
-                       want_final=True, backend="auto")
-    diff = ConvConfig(activation="silu", mode=ROWS, channels_last=True, states_channels_last=True,
-                      want_final=False, backend="auto", differentiated=True)
-    assert wins(final, 2) and wins(diff, 2)
-    assert wins(cfg(ROWS, False), 2)  # (channels-first dense at this size: the kernel)
+    assert not wins(rows, 1, backward=True) and not wins(cfg(SEQ_IDX, True), 1)
 
 
 def test_the_small_dense_forward():

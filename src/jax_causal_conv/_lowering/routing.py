@@ -33,12 +33,10 @@ GPU_DENSE_FWD_MAX_ELEMENTS = 1 << 24
 # on an H200 level, 274.8 against 274.6; docs/benchmarks.md, 2026-11-26
 # ninth session); other sizes were not measured: XLA there at every size.
 # (W = 3 and 4 in float32: the kernel ahead, 371 / 374 µs against 382 / 390.)
-# Likewise the channels-last dense forward alone at W = 2 in float32
-# without states, on an H200 at both large shapes of the matrix ((8, 4096,
-# 4096): XLA 1.00x our device time, 0.98x wall; (4, 2048, 16384): 0.98x,
-# 0.93x; docs/benchmarks.md, 2026-11-29 thirty-first session); other sizes
-# not measured: XLA there at every size. (bfloat16 W 2: the kernel 1.6x
-# faster; with states, seq_idx and at W 3, float32: the kernel ahead.)
+# (The channels-last dense forward alone at W = 2 in float32 took XLA too
+# until the thirty-fifth session, 2026-11-29: since the thirty-fourth's
+# 8-byte words the kernel is ahead at both large shapes of the matrix,
+# 266.6 / 267.0 µs against XLA's 279.1 / 274.4 on an H200.)
 
 
 def _seq_idx_forward_blocks(batch: int, dim: int, length: int, itemsize: int) -> int:
@@ -57,10 +55,7 @@ def gpu_kernel_wins(cfg, width: int, length: int, itemsize: int, batch: int = 0,
         return False  # a per-channel scale: XLA fuses the forward into the backward
     alone = not backward and not cfg.differentiated  # a forward nothing differentiates
     if cfg.channels_last:
-        # float32 W = 2 dense alone: XLA's one fused pass level or ahead;
-        # elsewhere the channels-last kernels beat XLA at every measured width
-        return not (cfg.mode == ROWS and width == 2 and itemsize == 4 and alone and not states
-                    and not cfg.want_final)
+        return True  # the channels-last kernels beat XLA at every measured width past 1
     if (cfg.mode == ROWS and not states and width <= 4 and alone and batch and dim
             and batch * dim * length <= GPU_DENSE_FWD_MAX_ELEMENTS):
         return False  # small enough for XLA's one fused pass
