@@ -279,20 +279,8 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
             sums[kW] += g[n];
           }
         }
-      } else {  // (padding outputs: g = 0 and no share; selects, no branch per output)
-        const Word& mj = my_tap[j][lane];
-#pragma unroll
-        for (int n = 0; n < N; ++n) {
-          const bool live = Bit(mj, N * kH + n);
-          const float gv = silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
-          g[n] = live ? gv : 0.f;
-          if (j < V) {  // (a padding output's tap bits are clear: TapMaskWord)
-#pragma unroll
-            for (int k = 0; k < kH; ++k) sums[k] = Bit(mj, n * kH + k) ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
-            sums[kH] = live ? fmaf(g[n], win[kH + n], sums[kH]) : sums[kH];
-            sums[kW] += g[n];
-          }
-        }
+      } else {
+        MaskedGrad<N, kH>(w, win, dyv, bias, silu, my_tap[j][lane], j < V, g, sums);
       }
     };
 
@@ -305,20 +293,10 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
         // by its tap k) of their own sequence; padding inputs 0
         float dx[N];
         const Word& mj = my_dx[j][lane];
-        auto dxs = [&](auto plain) {  // (two call sites: the plain one has no test)
-#pragma unroll
-          for (int n = 0; n < N; ++n) {
-            float acc = w[kH] * gw[n];
-#pragma unroll
-            for (int k = 0; k < kH; ++k)  // (a select of the sum, as MaskedTapSum)
-              acc = plain.value || Bit(mj, n * kH + k) ? fmaf(w[k], gw[n + kH - k], acc) : acc;
-            dx[n] = plain.value || Bit(mj, N * kH + n) ? acc : 0.f;
-          }
-        };
-        if ((dx_plain >> j) & 1)
-          dxs(std::true_type{});
+        if ((dx_plain >> j) & 1)  // (two call sites: the plain one has no test)
+          MaskedDx<N, kH, true>(w, gw, mj, dx);
         else
-          dxs(std::false_type{});
+          MaskedDx<N, kH, false>(w, gw, mj, dx);
         StoreVec<T, N>(dxrow + p0, dx);
       }
     });
