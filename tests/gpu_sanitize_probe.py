@@ -105,9 +105,6 @@ CONFIGS = [  # dtype, (B, D, L), W, channels_last, mode
     (jnp.bfloat16, (1, 32, 1100), 16, True, "states"),
     # channels-last rows, 16-bit W > 8 with a partial warp (20 channels)
     (jnp.bfloat16, (2, 20, 700), 14, True, "seq"),
-    # channels-last rows at W = 1 (W 2's words and slices since the thirty-fifth session)
-    (jnp.bfloat16, (2, 64, 700), 1, True, "seqpad"),
-    (jnp.float32, (1, 8, 300), 1, True, "states"),
 ]
 def conv_case(dt, B, D, L, W, cl, mode):
     shape = (B, L, D) if cl else (B, D, L)
@@ -355,6 +352,13 @@ for dt, (B, D, L), W, mode, steps, base in ((jnp.bfloat16, (2, 40, 1100), 4, "se
                                             (jnp.float32, (1, 12, 1100), 2, "states", 128, 64)):
     case(("clslice", dt.__name__, B, D, L, W, mode))(
         lambda c=(dt, B, D, L, W, mode, steps, base): cl_slice_case(*c))
+
+# 112..113: the channels-last rows at W = 1 in W 2's words, slices and
+# unrolled groups (thirty-fifth session)
+for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 64, 700), 1, True, "seqpad"),
+                                   (jnp.float32, (1, 8, 300), 1, True, "states")):
+    case(("conv", dt.__name__, B, D, L, W, cl, mode))(
+        lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
 
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
