@@ -425,6 +425,18 @@ __device__ __forceinline__ float MaskedTapSum(const float (&w)[kH + 1], const fl
   return acc;
 }
 
+// A seq_idx problem's mask words, made once a row (backward_stream.cu's
+// SeqWordsKernel) for kernels that read them instead of making them: per
+// row b and vector v (steps v N ..), tap[b nvec + v] and dx[b nvec + v] of
+// IdMask<N, kH>::Word; per warp step s (32 vectors), plain[b nsteps + s]:
+// bit 0 when its tap words are all set, bit 1 its dx words.
+struct SeqWords {
+  void* tap = nullptr;
+  void* dx = nullptr;
+  uint8_t* plain = nullptr;
+  int64_t nvec = 0, nsteps = 0;
+};
+
 // g of a vector whose tap word mj is not All() (padding outputs: 0) over
 // the window win (win[n + k]: the input its tap k reads) and dy, and, where
 // `share`, its share of dweight / dbias added to sums (sums[kH + 1]: the
