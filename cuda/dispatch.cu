@@ -73,15 +73,6 @@ bool MmaFits(const ConvArgs& a) {
 // one chunk a span.
 bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 16; }
 
-// Channels-first seq_idx backward at W <= 8 as the dense streaming kernel
-// reading mask words made once a row (backward_stream.cu) where
-// JCC_SEQ_WORDS=1: opt-in until measured (docs/performance-log.md,
-// thirty-fifth session). Read at each call, as JCC_FWD_SPAN is.
-bool SeqWordsBackward(const ConvArgs& a) {
-  const char* e = std::getenv("JCC_SEQ_WORDS");
-  return SharedIds(a) && a.width <= 8 && e != nullptr && e[0] == '1' && e[1] == 0;
-}
-
 // The streaming forward lets a warp walk a span of chunks, so that its
 // setup (its place, taps, the vector before its first chunk) is paid once a
 // span: up to 4 chunks, 2 at W = 2, none at W = 1 (where the walk measured
@@ -190,13 +181,11 @@ ForwardPlan PlanForward(const ConvArgs& a) {
 BackwardPlan PlanBackward(const ConvArgs& a) {
   BackwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
-  const bool rows = VectorRowsFit(a, a.dy, a.dx), words = SeqWordsBackward(a);
+  const bool rows = VectorRowsFit(a, a.dy, a.dx);
   if (rows && MmaBackwardFits(a) && (p.nchunk = MmaBackwardSpans(a, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kMma;
-  } else if (rows && a.width <= 16 &&
-             (p.nchunk = StreamSpans(a, SharedIds(a) && !words ? 1 : 4, &p.chunks_per_span)) > 0) {
+  } else if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, SharedIds(a) ? 1 : 4, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
-    p.seq_words = words;
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
