@@ -33,7 +33,7 @@ constexpr int kClY = 4;
 // (docs/performance-log.md, thirty-fourth session); W 1, in 16-byte words,
 // 32-step slices and the step loop before, measured slower than W 2 (and
 // faster in W 2's configuration: thirty-fifth session). W 7 / 8 in 4-byte
-// words held 80-96 registers against 96-128, and measured 8-14% slower
+// words held 80-96 registers against 96-128, and measured 8-17% slower
 // (thirty-fifth session).
 __host__ __device__ constexpr int ClFwdSteps(int kW) { return kW <= 8 ? 64 : 128; }
 __host__ __device__ constexpr int ClFwdMaxSteps(int kW) { return 2 * ClFwdSteps(kW); }

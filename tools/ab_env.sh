@@ -6,9 +6,9 @@
 # settings), each run with `--json $OUT/NAME<round>.json` appended; then the
 # side-by-side table of benchmarks/matrix_compare.py. Logs in
 # $OUT/NAME<round>.log. A setting is NAME:VAR=VALUE[,VAR=VALUE...]. (For
-# the opt-in kernels the plan reads at each call: JCC_SEQ_WORDS,
-# JCC_BWD_MMA, JCC_FWD_SPAN, JCC_CL_FWD_STEPS, ...)
-#   tools/ab_env.sh "off:JCC_SEQ_WORDS=0 on:JCC_SEQ_WORDS=1" \
+# the choices the plan reads at each call: JCC_BWD_MMA, JCC_FWD_SPAN,
+# JCC_CL_FWD_STEPS, ...)
+#   tools/ab_env.sh "stream:JCC_BWD_MMA=0 mma:JCC_BWD_MMA=1" \
 #       "python3 -m benchmarks.conv_matrix --platform gpu ..." [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
