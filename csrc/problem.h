@@ -54,13 +54,21 @@ enum class SegmentMode : int { kRow = 0, kSeqIdx = 1, kVarlen = 2 };
 // steps (longer for wide filters, whose partials are larger), so this bounds
 // them all. The caller allocates it (XLA, as an extra output: the Python
 // package asks the compiled module for the number; torch, through the
-// DLPack entry point), so the kernels allocate nothing.
+// DLPack entry point), so the kernels allocate nothing. After the partial
+// sums (16-byte aligned) it also holds, for the channels-first seq_idx
+// backward that reads them (cuda/backward_stream.cu), each row's mask words: at most
+// 4 bytes a step over whole chunks of up to 1024 steps, and a byte per warp
+// step of at least 128 steps (SeqWordsBytes).
 JCC_HD int64_t BackwardChunkSteps(int64_t width) { return width <= 16 ? 512 : 4096; }
+JCC_HD int64_t SeqWordsBytes(int64_t batch, int64_t len) {
+  const int64_t steps = len + 1023;
+  return batch * (4 * steps + steps / 128 + 1) + 16;
+}
 JCC_HD int64_t BackwardWorkspaceBytes(int64_t batch, int64_t dim, int64_t len, int64_t width) {
   const int64_t step = BackwardChunkSteps(width);
   const int64_t chunks = (len + step - 1) / step;
   const int64_t floats = batch * dim * (width + 1) * chunks;
-  return 4 * (floats > 0 ? floats : 1);
+  return 4 * (floats > 0 ? floats : 1) + SeqWordsBytes(batch, len);
 }
 
 // Forward and backward of the causal depthwise convolution.

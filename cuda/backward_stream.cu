@@ -12,7 +12,9 @@
 // the H inputs before a vector from the lanes behind and the H values of g
 // after it from the lanes ahead, by shuffles; g of the vector after the
 // span is computed by the lanes that load it. seq_idx: BwdStreamIdsKernel
-// below (stream_ids.cuh), compiled at each W <= 16. The warp's partial
+// below (stream_ids.cuh), compiled at each W <= 16, or (long rows at W 2..8:
+// dispatch.cu's SeqWordsBackward) this kernel reading mask words that
+// SeqWordsKernel makes once a row. The warp's partial
 // dweight/dbias go to
 // ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
 // states.cu's ReduceKernel; dinitial_states and the final-states cotangent
@@ -29,11 +31,16 @@ namespace {
 // blocks' share and W <= 8 in 5 without more than a word of spill. W 9..16
 // took 158-191 registers unbounded (2-3 blocks); 4 blocks' 128 measured
 // faster: docs/performance-log.md, 2026-11-27, sixteenth session.)
-template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
-    BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws) {
+// kSeq: seq_idx, each vector's mask words read from `sw` (SeqWordsKernel's,
+// below), the masked paths of stream_ids.cuh where a warp step's words are
+// not all set. Its 16-bit W 7 / 8 spilled 20-64 bytes in 5 blocks' share and
+// measured faster in 4 (docs/performance-log.md, thirty-sixth session).
+template <typename T, int kW, bool kSeq>
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq && kW >= 7 && sizeof(T) == 2 ? 4 : 5) : 4)
+    BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws, SeqWords sw) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  using Word = typename IdMask<N, kH>::Word;
   constexpr bool kWords = UnpackByWords<StreamPass::kBackward>(kW);
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
   const StreamPlace pl = LocateStream(a, spans_per_row, chunks_per_span);
@@ -66,6 +73,15 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
     const bool before = kQ > 0 && lane >= 32 - kQ;
     const int64_t t_before = c0 - (32 - lane) * N;
     LoadBackwardChunk<T, kQ>(a, xrow, dyrow, b, d, c0, L, lane, before, t_before, first_walked, xr, dyr);
+    // kSeq: bit j of tap_plain / dx_plain: warp step j of the chunk (j == V:
+    // the next chunk's first) has every word set (past the row: set)
+    uint32_t tap_plain = ~0u, dx_plain = ~0u;
+    if constexpr (kSeq) {
+      const int64_t st = ci * V + (lane < V ? lane : V);
+      const uint32_t bits = st < sw.nsteps ? sw.plain[b * sw.nsteps + st] : 3u;
+      tap_plain = __ballot_sync(kFullMask, bits & 1) & ((2u << V) - 1);
+      dx_plain = __ballot_sync(kFullMask, bits & 2) & ((1u << V) - 1);
+    }
 
     // g of vector j (j == V: the vector after the chunk, lanes < kQ; asked
     // only in the span's last chunk), and for j < V this vector's share of
@@ -81,6 +97,10 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
       if (dead) return;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
       InputWindow<N, kH>(h, cur, win);
+      if (kSeq && !((tap_plain >> j) & 1)) {
+        const Word mj = static_cast<const Word*>(sw.tap)[b * sw.nvec + p0 / N];
+        return MaskedGrad<N, kH>(w, win, dyv, bias, silu, mj, j < V, g, part);
+      }
       // g and the dweight/dbias shares over the taps present
 #pragma unroll
       for (int n = 0; n < N; ++n) {
@@ -116,13 +136,18 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
         float gw[N + kH];  // gw[i] is g at step p0 + i
         GradWindow<N, kH>(gcur, r, gw);
         float dx[N];
+        if (kSeq && !((dx_plain >> j) & 1)) {
+          const Word mj = static_cast<const Word*>(sw.dx)[b * sw.nvec + p0 / N];
+          MaskedDx<N, kH, false>(w, gw, mj, dx);
+        } else {
 #pragma unroll
-        for (int n = 0; n < N; ++n) {
-          float acc = 0.f;
+          for (int n = 0; n < N; ++n) {
+            float acc = 0.f;
 #pragma unroll
-          for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
-            acc += w[k] * gw[n + kH - k];
-          dx[n] = acc;
+            for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
+              acc += w[k] * gw[n + kH - k];
+            dx[n] = acc;
+          }
         }
         StoreVec<T, N>(dxrow + p0, dx);
       }
@@ -132,6 +157,30 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? 5 : 4)
   // Warp reduction, then lane k writes tap k's partial.
   StoreSpanPartial<kW>(a, ws, b, d, spans_per_row, pl.first_chunk / chunks_per_span, lane,
                        WarpTapSums<kW>(part, lane));
+}
+
+// Each row's mask words for BwdStreamKernel<.., kSeq> (JCC_SEQ_WORDS): a
+// warp per (row, chunk) makes the chunk's words as the shared-ids kernels do
+// (LoadChunkMasks) and writes them to sw, vector by vector, with a byte per
+// warp step: bit 0 its tap words all set, bit 1 its dx words.
+template <typename T, int kW>
+__global__ void __launch_bounds__(kStreamThreads) SeqWordsKernel(const ConvArgs a, SeqWords sw, int64_t nchunks) {
+  using S = Stream<T>;
+  constexpr int N = S::kN, V = S::kVecs, kH = kW - 1;
+  using Word = typename IdMask<N, kH>::Word;
+  const int64_t warp = int64_t(blockIdx.x) * kStreamWarps + (threadIdx.x >> 5);
+  if (warp >= a.batch * nchunks) return;  // whole warps
+  const int lane = threadIdx.x & 31;
+  const int64_t b = warp / nchunks, ci = warp - b * nchunks;
+  ChunkMasks<N, kH, V, true> m;
+  LoadChunkMasks(a, b, ci * S::kChunk, HistoryId(a, b), lane, m);
+  const int64_t v0 = b * sw.nvec + ci * V * 32 + lane;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    static_cast<Word*>(sw.tap)[v0 + j * 32] = m.tap[j];
+    static_cast<Word*>(sw.dx)[v0 + j * 32] = m.dx[j];
+  }
+  if (lane < V) sw.plain[b * sw.nsteps + ci * V + lane] = ((m.tap_plain >> lane) & 1) | ((m.dx_plain >> lane) & 1) << 1;
 }
 
 // The kernel's static shared memory: the warps' mask words (each lane
@@ -279,20 +328,8 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
             sums[kW] += g[n];
           }
         }
-      } else {  // (padding outputs: g = 0 and no share; selects, no branch per output)
-        const Word& mj = my_tap[j][lane];
-#pragma unroll
-        for (int n = 0; n < N; ++n) {
-          const bool live = Bit(mj, N * kH + n);
-          const float gv = silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
-          g[n] = live ? gv : 0.f;
-          if (j < V) {  // (a padding output's tap bits are clear: TapMaskWord)
-#pragma unroll
-            for (int k = 0; k < kH; ++k) sums[k] = Bit(mj, n * kH + k) ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
-            sums[kH] = live ? fmaf(g[n], win[kH + n], sums[kH]) : sums[kH];
-            sums[kW] += g[n];
-          }
-        }
+      } else {
+        MaskedGrad<N, kH>(w, win, dyv, bias, silu, my_tap[j][lane], j < V, g, sums);
       }
     };
 
@@ -305,20 +342,10 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
         // by its tap k) of their own sequence; padding inputs 0
         float dx[N];
         const Word& mj = my_dx[j][lane];
-        auto dxs = [&](auto plain) {  // (two call sites: the plain one has no test)
-#pragma unroll
-          for (int n = 0; n < N; ++n) {
-            float acc = w[kH] * gw[n];
-#pragma unroll
-            for (int k = 0; k < kH; ++k)  // (a select of the sum, as MaskedTapSum)
-              acc = plain.value || Bit(mj, n * kH + k) ? fmaf(w[k], gw[n + kH - k], acc) : acc;
-            dx[n] = plain.value || Bit(mj, N * kH + n) ? acc : 0.f;
-          }
-        };
-        if ((dx_plain >> j) & 1)
-          dxs(std::true_type{});
+        if ((dx_plain >> j) & 1)  // (two call sites: the plain one has no test)
+          MaskedDx<N, kH, true>(w, gw, mj, dx);
         else
-          dxs(std::false_type{});
+          MaskedDx<N, kH, false>(w, gw, mj, dx);
         StoreVec<T, N>(dxrow + p0, dx);
       }
     });
@@ -330,8 +357,34 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
 
 template <typename T, int kW>
 cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  BwdStreamKernel<T, kW><<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(
-      a, p.nchunk, int(p.chunks_per_span), ws);
+  BwdStreamKernel<T, kW, false><<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(
+      a, p.nchunk, int(p.chunks_per_span), ws, SeqWords{});
+  return cudaGetLastError();
+}
+
+// seq_idx with the words made first (p.seq_words): they lie in the
+// workspace after the partial sums (SeqWordsBytes, csrc/problem.h)
+template <typename T, int kW>
+cudaError_t LaunchBwdStreamWords(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
+  using S = Stream<T>;
+  using Word = typename IdMask<S::kN, kW - 1>::Word;
+  const int64_t nchunks = CeilDiv(a.len, S::kChunk);
+  SeqWords sw;
+  sw.nsteps = nchunks * S::kVecs;
+  sw.nvec = sw.nsteps * 32;
+  // (the words 16-byte aligned: the workspace itself is only 4-byte aligned)
+  const uintptr_t end = reinterpret_cast<uintptr_t>(ws + a.groups * p.nparts * a.dim * (kW + 1));
+  char* base = reinterpret_cast<char*>((end + 15) & ~uintptr_t(15));
+  const int64_t words = a.batch * sw.nvec * int64_t(sizeof(Word));
+  const int64_t used = (base - reinterpret_cast<char*>(ws)) + 2 * words + a.batch * sw.nsteps;
+  if (used > BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width)) return cudaErrorInvalidValue;
+  sw.tap = base;
+  sw.dx = base + words;
+  sw.plain = reinterpret_cast<uint8_t*>(base + 2 * words);
+  SeqWordsKernel<T, kW><<<unsigned(CeilDiv(a.batch * nchunks, kStreamWarps)), kStreamThreads, 0, stream>>>(
+      a, sw, nchunks);
+  BwdStreamKernel<T, kW, true><<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(
+      a, p.nchunk, int(p.chunks_per_span), ws, sw);
   return cudaGetLastError();
 }
 
@@ -347,8 +400,11 @@ template <typename T>
 cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   return WithExactWidth16(int(a.width), [&](auto w) {
     constexpr int kW = decltype(w)::value;
-    return a.mode == SegmentMode::kSeqIdx ? LaunchBwdStreamIds<T, kW>(a, p, ws, stream)
-                                          : LaunchBwdStream<T, kW>(a, p, ws, stream);
+    if (a.mode != SegmentMode::kSeqIdx) return LaunchBwdStream<T, kW>(a, p, ws, stream);
+    if constexpr (kW <= 8) {
+      if (p.seq_words) return LaunchBwdStreamWords<T, kW>(a, p, ws, stream);
+    }
+    return LaunchBwdStreamIds<T, kW>(a, p, ws, stream);
   });
 }
 

@@ -73,6 +73,23 @@ bool MmaFits(const ConvArgs& a) {
 // one chunk a span.
 bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 16; }
 
+// Channels-first seq_idx backward at W 2..8 as the dense streaming kernel
+// reading mask words made once a row by a pre-pass (backward_stream.cu),
+// instead of the shared-ids kernel, where it measured faster: rows of at
+// least 4096 steps in calls of at least 2^26 elements (the pre-pass is a
+// serial launch, and rows whose every warp step holds an id change are
+// faster staged in shared memory), 16-bit, or float32 at W 8 (float32 W 4
+// measured slower, W 5..7 not measured). docs/performance-log.md,
+// thirty-sixth session. JCC_SEQ_WORDS=0 / 1 forces it off / on at W <= 8
+// (tests, A/B), read at each call as JCC_FWD_SPAN is.
+bool SeqWordsBackward(const ConvArgs& a) {
+  if (!SharedIds(a) || a.width > 8) return false;
+  const char* e = std::getenv("JCC_SEQ_WORDS");
+  if (e != nullptr && (e[0] == '0' || e[0] == '1') && e[1] == 0) return e[0] == '1';
+  const bool dtype_fits = a.x_dtype != DType::kF32 || a.width == 8;
+  return a.width >= 2 && dtype_fits && a.len >= 4096 && a.batch * a.dim * a.len >= (int64_t(1) << 26);
+}
+
 // The streaming forward lets a warp walk a span of chunks, so that its
 // setup (its place, taps, the vector before its first chunk) is paid once a
 // span: up to 4 chunks, 2 at W = 2, none at W = 1 (where the walk measured
@@ -181,11 +198,13 @@ ForwardPlan PlanForward(const ConvArgs& a) {
 BackwardPlan PlanBackward(const ConvArgs& a) {
   BackwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
-  const bool rows = VectorRowsFit(a, a.dy, a.dx);
+  const bool rows = VectorRowsFit(a, a.dy, a.dx), words = SeqWordsBackward(a);
   if (rows && MmaBackwardFits(a) && (p.nchunk = MmaBackwardSpans(a, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kMma;
-  } else if (rows && a.width <= 16 && (p.nchunk = StreamSpans(a, SharedIds(a) ? 1 : 4, &p.chunks_per_span)) > 0) {
+  } else if (rows && a.width <= 16 &&
+             (p.nchunk = StreamSpans(a, SharedIds(a) && !words ? 1 : 4, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
+    p.seq_words = words;
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {

@@ -79,6 +79,10 @@ struct BackwardPlan {
   int64_t ntiles = 0, tiles_per_chunk = 1;         // kTile
   int64_t nparts = 0;   // partial sums per (weight group, channel)
   int steps = 0;        // kClRow: time steps a thread walks (the launcher's)
+  // kStream seq_idx: the dense streaming kernel reading each row's mask
+  // words, made once by a pre-pass (dispatch.cu's SeqWordsBackward: long
+  // rows at W 2..8), instead of the shared-ids kernel
+  bool seq_words = false;
 };
 
 ForwardPlan PlanForward(const ConvArgs& a);

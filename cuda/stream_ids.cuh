@@ -425,4 +425,55 @@ __device__ __forceinline__ float MaskedTapSum(const float (&w)[kH + 1], const fl
   return acc;
 }
 
+// A seq_idx problem's mask words, made once a row (backward_stream.cu's
+// SeqWordsKernel) for kernels that read them instead of making them: per
+// row b and vector v (steps v N ..), tap[b nvec + v] and dx[b nvec + v] of
+// IdMask<N, kH>::Word; per warp step s (32 vectors), plain[b nsteps + s]:
+// bit 0 when its tap words are all set, bit 1 its dx words.
+struct SeqWords {
+  void* tap = nullptr;
+  void* dx = nullptr;
+  uint8_t* plain = nullptr;
+  int64_t nvec = 0, nsteps = 0;
+};
+
+// g of a vector whose tap word mj is not All() (padding outputs: 0) over
+// the window win (win[n + k]: the input its tap k reads) and dy, and, where
+// `share`, its share of dweight / dbias added to sums (sums[kH + 1]: the
+// bias): a tap of another sequence, by selects, adds nothing (a padding
+// output's tap bits are clear: TapMaskWord).
+template <int N, int kH, typename Word, int M>
+__device__ __forceinline__ void MaskedGrad(const float (&w)[kH + 1], const float (&win)[M], const float (&dyv)[N],
+                                           float bias, bool silu, const Word& mj, bool share, float (&g)[N],
+                                           float (&sums)[kH + 2]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {  // (padding outputs: g = 0 and no share; selects, no branch per output)
+    const bool live = Bit(mj, N * kH + n);
+    const float gv = silu ? ActGrad(MaskedTapSum<N, kH>(w, win, n, mj, bias), dyv[n], true) : dyv[n];
+    g[n] = live ? gv : 0.f;
+    if (share) {
+#pragma unroll
+      for (int k = 0; k < kH; ++k) sums[k] = Bit(mj, n * kH + k) ? fmaf(g[n], win[n + k], sums[k]) : sums[k];
+      sums[kH] = live ? fmaf(g[n], win[kH + n], sums[kH]) : sums[kH];
+      sums[kH + 1] += g[n];
+    }
+  }
+}
+
+// dx of a vector from g around it (gw[i]: g at the vector's step i), dx
+// word mj (kPlain: every bit set, no test): the outputs that take input n
+// (output n + kH - k by its tap k) of its own sequence; padding inputs 0.
+template <int N, int kH, bool kPlain, typename Word>
+__device__ __forceinline__ void MaskedDx(const float (&w)[kH + 1], const float (&gw)[N + kH], const Word& mj,
+                                         float (&dx)[N]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    float acc = w[kH] * gw[n];
+#pragma unroll
+    for (int k = 0; k < kH; ++k)  // (a select of the sum, as MaskedTapSum)
+      acc = kPlain || Bit(mj, n * kH + k) ? fmaf(w[k], gw[n + kH - k], acc) : acc;
+    dx[n] = kPlain || Bit(mj, N * kH + n) ? acc : 0.f;
+  }
+}
+
 }  // namespace jcc::cuda

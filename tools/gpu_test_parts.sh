@@ -11,5 +11,6 @@ gpu_test_parts() {
   timeout "$1" python3 -m pytest -q -n 6 tests/test_gpu.py tests/test_gpu_mma.py tests/test_gpu_decode.py tests/test_gpu_seq_idx_stream.py tests/test_gpu_fwd_span.py -k "not small_forward_backward" \
     > "$OUT/test_gpu_3.log" 2>&1 &
   timeout "$1" python3 -m pytest -q tests/test_gpu_cl_slice.py tests/test_serving_gpu.py tests/test_gpu_bwd_mma.py \
+    tests/test_gpu_seq_words.py \
     > "$OUT/test_gpu_4.log" 2>&1 &
 }

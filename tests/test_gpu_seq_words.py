@@ -1,0 +1,79 @@
+"""The channels-first seq_idx backward as the dense streaming kernel reading
+each row's mask words, made once by a pre-pass (cuda/backward_stream.cu's
+SeqWordsKernel and BwdStreamKernel<.., kSeq>; forced at W 1..8 with
+JCC_SEQ_WORDS=1, and as dispatch.cu's SeqWordsBackward takes it for long
+rows by default), against the CPU kernels: packed rows with one-step segments across
+the chunk edges, padding in the middle and a padded tail, an id that
+returns (test_gpu_seq_idx_stream.py's ids), initial and final states (the
+row's first sequence owns the initial ones), a residual, no activation,
+vmapped weights, and rows long enough that a warp walks two chunks (the g
+after a chunk handed over across an id change)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_causal_conv as jcc
+
+from gpu_support import MARKS, check, grads, inputs
+from test_gpu_seq_idx_stream import packed_ids
+
+pytestmark = MARKS
+
+SHAPES = [(2, 20, 2056), (1, 33, 1104), (3, 16, 520)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("W", range(1, 9))
+def test_seq_words_backward(monkeypatch, dtype, W):
+    monkeypatch.setenv("JCC_SEQ_WORDS", "1")
+    rng = np.random.default_rng(100 + W)
+    for (B, D, L) in SHAPES:
+        x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+        res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
+        sidx = packed_ids(rng, B, L)
+
+        def f(x, w, b, r, h):
+            y1, s1 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                                       return_final_states=True, residual=r, backend="ffi")
+            y2 = jcc.causal_conv1d(x, w, b, seq_idx=sidx, backend="ffi")  # no activation, no states
+            return y1, s1, y2
+
+        check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, f"seq words {B, D, L} W={W}")
+    wv = jnp.stack([w, w[:, ::-1]])  # a vmapped weight: groups = 2
+    fv = jax.vmap(lambda x, w: jcc.causal_conv1d(x[None], w, b, activation="silu", seq_idx=sidx[:1],
+                                                 backend="ffi")[0])
+    check(grads(fv, (0, 1)), (x[:2], wv), dtype, "seq words groups")
+
+
+@pytest.mark.parametrize("dtype,W", [("bfloat16", 4), ("bfloat16", 8), ("float32", 5)])
+def test_seq_words_spans(monkeypatch, dtype, W):
+    # 8 x 4096 rows of 2 or 3 chunks: the plan gives a warp spans of 2
+    # chunks (cuda/forward_stream.cu's StreamSpans), so an id change or the
+    # padding can fall on the chunk a warp hands its g over from
+    monkeypatch.setenv("JCC_SEQ_WORDS", "1")
+    rng = np.random.default_rng(W)
+    B, D, L = 8, 4096, 2056 if dtype == "bfloat16" else 1032
+    x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
+    ids = np.zeros((B, L), np.int32)
+    edge = 1024 if dtype == "bfloat16" else 512  # the first chunk's end
+    ids[:, edge - 2:] = 1
+    ids[:, edge + 3:] = 2
+    ids[1::2, edge - 40: edge + 40] = -1
+    ids[:, -9:] = -1
+    sidx = jnp.asarray(ids)
+    f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, backend="ffi")  # noqa: E731
+    check(grads(f, (0, 1, 2)), (x, w, b), dtype, f"seq words spans W={W}")
+
+
+@pytest.mark.parametrize("dtype,shape,W", [("bfloat16", (2, 8192, 4096), 6), ("float32", (1, 16384, 4096), 8)])
+def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
+    # 2^26 elements in rows of 4096 steps: the plan's own choice (no
+    # JCC_SEQ_WORDS) takes the words here
+    monkeypatch.delenv("JCC_SEQ_WORDS", raising=False)
+    rng = np.random.default_rng(7 + W)
+    B, D, L = shape
+    x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
+    sidx = packed_ids(rng, B, L)
+    f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, backend="ffi")  # noqa: E731
+    check(grads(f, (0, 1, 2)), (x, w, b), dtype, f"seq words default {shape} W={W}")
