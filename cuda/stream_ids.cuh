@@ -21,7 +21,8 @@
 
 namespace jcc::cuda {
 
-// (8 measured faster than 4, and 4 than 2: docs/performance-log.md, 2026-11-26)
+// (8 measured faster than 4, and 4 than 2: docs/performance-log.md, 2026-11-26;
+// 16 mixed at the large shapes and 20-40% slower at the small ones, thirty-sixth session)
 constexpr int kIdChannels = 8;
 
 __host__ __device__ __forceinline__ int64_t IdGroupsPerRow(int64_t dim) {
