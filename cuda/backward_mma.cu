@@ -268,10 +268,7 @@ __global__ void __launch_bounds__(kStreamThreads, 6)
 // Chunks a span: the most (up to kBmMaxSpan) that leaves at least 32768
 // warps.
 int64_t DefaultSpan(const ConvArgs& a) {
-  const int64_t per_row = CeilDiv(a.len, kBmChunk), rows = a.batch * a.dim;
-  int64_t k = 1;
-  while (2 * k <= kBmMaxSpan && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768) k *= 2;
-  return k;
+  return ChunksPerSpan(CeilDiv(a.len, kBmChunk), a.batch * a.dim, kBmMaxSpan);
 }
 
 }  // namespace

@@ -232,9 +232,8 @@ cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream
 
 int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chunks_per_span) {
   const int64_t steps = a.x_dtype == DType::kF32 ? Stream<float>::kChunk : Stream<__half>::kChunk;
-  const int64_t per_row = CeilDiv(a.len, steps), rows = a.batch * a.dim;
-  int64_t k = 1;  // spans of chunks, as long as >= 32768 warps remain
-  while (2 * k <= max_chunks_per_span && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768) k *= 2;
+  const int64_t per_row = CeilDiv(a.len, steps);
+  const int64_t k = ChunksPerSpan(per_row, a.batch * a.dim, max_chunks_per_span);
   *chunks_per_span = k;
   const int64_t spans = CeilDiv(per_row, k);
   return StreamBlocks(a, spans) <= INT32_MAX ? spans : 0;

@@ -78,6 +78,15 @@ __host__ __device__ __forceinline__ int64_t StreamBlocks(const ConvArgs& a, int6
   return a.batch * CeilDiv(a.dim, kStreamWarps) * spans_per_row;
 }
 
+// Chunks a warp walks (its span): doubled up to max_chunks while within the
+// row's per_row chunks and while at least 32768 warps remain (the plans of
+// the streaming forward and backward and of the tensor-core backward)
+inline int64_t ChunksPerSpan(int64_t per_row, int64_t rows, int64_t max_chunks) {
+  int64_t k = 1;
+  while (2 * k <= max_chunks && 2 * k <= per_row && rows * CeilDiv(per_row, 2 * k) >= 32768) k *= 2;
+  return k;
+}
+
 // The backward's rows of channel row (b, d), channels-first: x (strided
 // by whole vectors), dy and dx.
 template <typename T>
