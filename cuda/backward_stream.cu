@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq 
                        WarpTapSums<kW>(part, lane));
 }
 
-// Each row's mask words for BwdStreamKernel<.., kSeq> (JCC_SEQ_WORDS): a
+// Each row's mask words for BwdStreamKernel<.., kSeq> (p.seq_words): a
 // warp per (row, chunk) makes the chunk's words as the shared-ids kernels do
 // (LoadChunkMasks) and writes them to sw, vector by vector, with a byte per
 // warp step: bit 0 its tap words all set, bit 1 its dx words.
