@@ -15,7 +15,7 @@ import pytest
 
 import jax_causal_conv as jcc
 
-from gpu_support import MARKS, check, grads, inputs
+from gpu_support import DRY_RUN, GPU, MARKS, check, grads, inputs
 from test_gpu_seq_idx_stream import packed_ids
 
 pytestmark = MARKS
@@ -77,3 +77,39 @@ def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     sidx = packed_ids(rng, B, L)
     f = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, backend="ffi")  # noqa: E731
     check(grads(f, (0, 1, 2)), (x, w, b), dtype, f"seq words default {shape} W={W}")
+
+
+# The plan's choice itself, read from the kernels a backward launches (the
+# JAX profiler's trace, as benchmarks/probes/kernel_list_probe.py): the
+# words where dispatch.cu's SeqWordsBackward takes them, the shared-ids
+# kernel elsewhere and when JCC_SEQ_WORDS=0 forces it.
+@pytest.mark.skipif(DRY_RUN, reason="kernel names need a GPU trace")
+@pytest.mark.parametrize("env,shape,dtype,W,words", [
+    (None, (2, 8192, 4096), "bfloat16", 6, True),    # long rows, 2^26 elements
+    ("0", (2, 8192, 4096), "bfloat16", 6, False),    # forced off
+    (None, (4, 8192, 2048), "bfloat16", 6, False),   # 2^26 elements in rows shorter than 4096 steps
+    (None, (1, 8192, 4096), "bfloat16", 6, False),   # 2^25 elements
+    (None, (1, 16384, 4096), "float32", 4, False),   # float32 below W 8
+    (None, (1, 16384, 4096), "float32", 8, True),
+])
+def test_seq_words_plan(monkeypatch, env, shape, dtype, W, words):
+    from benchmarks.timing import device_events
+    if env is None:
+        monkeypatch.delenv("JCC_SEQ_WORDS", raising=False)
+    else:
+        monkeypatch.setenv("JCC_SEQ_WORDS", env)
+    rng = np.random.default_rng(W)
+    B, D, L = shape
+    x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
+    sidx = packed_ids(rng, B, L)
+    x, w, b, sidx = jax.device_put((x, w, b, sidx), GPU)
+
+    def step(x, w, b):  # (a new function each call: no program reused across settings)
+        y, vjp = jax.vjp(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
+                                                           backend="ffi"), x, w, b)
+        return y, vjp(jnp.ones_like(y))
+
+    names = {name for name, _, _ in device_events(jax.jit(step), x, w, b, n=1)}
+    assert any("BwdStreamIdsKernel" in n or "BwdStreamKernel" in n for n in names), sorted(names)
+    assert any("SeqWordsKernel" in n for n in names) == words, sorted(names)
+    assert any("BwdStreamIdsKernel" in n for n in names) == (not words), sorted(names)
