@@ -25,7 +25,6 @@
 // so a non-finite input in a row's last W - 1 steps can turn a dweight that
 // is already Inf into NaN.) The partial dweight/dbias go to the workspace as the
 // streaming backward's (backward_stream.cu), states to StatesGradKernel.
-#include <cstdlib>
 
 #include "launchers.h"
 #include "mma.cuh"
@@ -280,12 +279,11 @@ int64_t DefaultSpan(const ConvArgs& a) {
 // thirty-fourth session). JCC_BWD_MMA=1 takes it at every W 2..8 and
 // span, JCC_BWD_MMA=0 never (tests and diagnosis; read at each call).
 bool MmaBackwardFits(const ConvArgs& a) {
-  const char* e = std::getenv("JCC_BWD_MMA");
-  const bool set = e != nullptr && (e[0] == '0' || e[0] == '1') && e[1] == 0;
-  if (set && e[0] == '0') return false;
+  const int forced = EnvDigit("JCC_BWD_MMA", "01");
+  if (forced == 0) return false;
   const bool fits = (kBuiltTypes & 4) != 0 && a.x_dtype == DType::kBF16 &&
                     a.mode == SegmentMode::kRow && a.width >= 2 && a.width <= 8;
-  return fits && (set || (a.width == 8 && DefaultSpan(a) == kBmMaxSpan));
+  return fits && (forced == 1 || (a.width == 8 && DefaultSpan(a) == kBmMaxSpan));
 }
 
 // Chunks a span: DefaultSpan's, or JCC_BWD_MMA_SPAN = 1, 2, 4 or 8 (tests
@@ -294,8 +292,7 @@ bool MmaBackwardFits(const ConvArgs& a) {
 int64_t MmaBackwardSpans(const ConvArgs& a, int64_t* chunks_per_span) {
   const int64_t per_row = CeilDiv(a.len, kBmChunk);
   int64_t k = DefaultSpan(a);
-  const char* e = std::getenv("JCC_BWD_MMA_SPAN");
-  if (e != nullptr && (e[0] == '1' || e[0] == '2' || e[0] == '4' || e[0] == '8') && e[1] == 0) k = e[0] - '0';
+  if (const int forced = EnvDigit("JCC_BWD_MMA_SPAN", "1248"); forced > 0) k = forced;
   *chunks_per_span = k;
   const int64_t spans = CeilDiv(per_row, k);
   return StreamBlocks(a, spans) <= INT32_MAX ? spans : 0;

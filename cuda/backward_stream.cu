@@ -373,7 +373,7 @@ cudaError_t LaunchBwdStreamWords(const ConvArgs& a, const BackwardPlan& p, float
   sw.nsteps = nchunks * S::kVecs;
   sw.nvec = sw.nsteps * 32;
   // (the words 16-byte aligned: the workspace itself is only 4-byte aligned)
-  const uintptr_t end = reinterpret_cast<uintptr_t>(ws + a.groups * p.nparts * a.dim * (kW + 1));
+  const uintptr_t end = reinterpret_cast<uintptr_t>(ws + BackwardPartialFloats(a, p));
   char* base = reinterpret_cast<char*>((end + 15) & ~uintptr_t(15));
   const int64_t words = a.batch * sw.nvec * int64_t(sizeof(Word));
   const int64_t used = (base - reinterpret_cast<char*>(ws)) + 2 * words + a.batch * sw.nsteps;

@@ -84,8 +84,7 @@ bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.w
 // (tests, A/B), read at each call as JCC_FWD_SPAN is.
 bool SeqWordsBackward(const ConvArgs& a) {
   if (!SharedIds(a) || a.width > 8) return false;
-  const char* e = std::getenv("JCC_SEQ_WORDS");
-  if (e != nullptr && (e[0] == '0' || e[0] == '1') && e[1] == 0) return e[0] == '1';
+  if (const int forced = EnvDigit("JCC_SEQ_WORDS", "01"); forced >= 0) return forced == 1;
   const bool dtype_fits = a.x_dtype != DType::kF32 || a.width == 8;
   return a.width >= 2 && dtype_fits && a.len >= 4096 && a.batch * a.dim * a.len >= (int64_t(1) << 26);
 }
@@ -100,8 +99,7 @@ bool SeqWordsBackward(const ConvArgs& a) {
 int64_t ForwardSpanChunks(const ConvArgs& a) {
   int64_t k = 1;
   if (SharedIds(a) || StreamSpans(a, 4, &k) <= 0 || k == 1) return 1;
-  const char* e = std::getenv("JCC_FWD_SPAN");
-  if (e != nullptr && (e[0] == '1' || e[0] == '2' || e[0] == '4') && e[1] == 0) return e[0] - '0';
+  if (const int forced = EnvDigit("JCC_FWD_SPAN", "124"); forced > 0) return forced;
   return a.width == 1 ? 1 : a.width == 2 ? 2 : 4;
 }
 
@@ -243,8 +241,7 @@ cudaError_t Backward(const ConvArgs& a, void* workspace, cudaStream_t stream) {
   float* ws = static_cast<float*>(workspace);
   BackwardPlan p = PlanBackward(a);  // (kClRow's launcher completes it)
   // Every plan's partial sums fit BackwardWorkspaceBytes (csrc/problem.h).
-  if (a.groups * p.nparts * a.dim * (a.width + 1) * 4 >
-      BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width))
+  if (BackwardPartialFloats(a, p) * 4 > BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width))
     return cudaErrorInvalidValue;
   cudaError_t err = cudaSuccess;
   switch (p.family) {

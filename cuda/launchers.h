@@ -38,6 +38,8 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 
 #include "problem.h"
 
@@ -87,6 +89,19 @@ struct BackwardPlan {
 
 ForwardPlan PlanForward(const ConvArgs& a);
 BackwardPlan PlanBackward(const ConvArgs& a);
+
+// The backward's partial dweight / dbias sums, in floats: the start of its
+// workspace (BackwardWorkspaceBytes, csrc/problem.h, bounds it)
+inline int64_t BackwardPartialFloats(const ConvArgs& a, const BackwardPlan& p) {
+  return a.groups * p.nparts * a.dim * (a.width + 1);
+}
+
+// A plan's switch in the environment, read at each call (tests, A/B,
+// diagnosis): the digit `name` holds when it is one of `allowed`'s, else -1
+inline int EnvDigit(const char* name, const char* allowed) {
+  const char* e = std::getenv(name);
+  return e != nullptr && e[0] != 0 && e[1] == 0 && std::strchr(allowed, e[0]) != nullptr ? e[0] - '0' : -1;
+}
 
 // Family launchers, given a plan of their family.
 cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
