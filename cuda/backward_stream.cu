@@ -401,9 +401,7 @@ cudaError_t LaunchT(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStr
   return WithExactWidth16(int(a.width), [&](auto w) {
     constexpr int kW = decltype(w)::value;
     if (a.mode != SegmentMode::kSeqIdx) return LaunchBwdStream<T, kW>(a, p, ws, stream);
-    if constexpr (kW <= 8) {
-      if (p.seq_words) return LaunchBwdStreamWords<T, kW>(a, p, ws, stream);
-    }
+    if (p.seq_words) return LaunchBwdStreamWords<T, kW>(a, p, ws, stream);
     return LaunchBwdStreamIds<T, kW>(a, p, ws, stream);
   });
 }

@@ -1,6 +1,6 @@
 """The channels-first seq_idx backward as the dense streaming kernel reading
 each row's mask words, made once by a pre-pass (cuda/backward_stream.cu's
-SeqWordsKernel and BwdStreamKernel<.., kSeq>; forced at W 1..8 with
+SeqWordsKernel and BwdStreamKernel<.., kSeq>; forced at W 1..16 with
 JCC_SEQ_WORDS=1, and as dispatch.cu's SeqWordsBackward takes it for long
 rows by default), against the CPU kernels: packed rows with one-step segments across
 the chunk edges, padding in the middle and a padded tail, an id that
@@ -24,7 +24,7 @@ SHAPES = [(2, 20, 2056), (1, 33, 1104), (3, 16, 520)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("W", range(1, 9))
+@pytest.mark.parametrize("W", [*range(1, 9), 9, 12, 16])
 def test_seq_words_backward(monkeypatch, dtype, W):
     monkeypatch.setenv("JCC_SEQ_WORDS", "1")
     rng = np.random.default_rng(100 + W)
@@ -91,6 +91,7 @@ def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     (None, (1, 8192, 4096), "bfloat16", 6, False),   # 2^25 elements
     (None, (1, 16384, 4096), "float32", 4, False),   # float32 below W 8
     (None, (1, 16384, 4096), "float32", 8, True),
+    (None, (2, 8192, 4096), "bfloat16", 12, False),  # W 9..16: the words only when forced
 ])
 def test_seq_words_plan(monkeypatch, env, shape, dtype, W, words):
     from benchmarks.timing import device_events
