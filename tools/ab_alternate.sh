@@ -17,6 +17,7 @@
 #   tools/ab_alternate.sh PATCHES "python3 -m benchmarks.conv_matrix --platform gpu ..." [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/bench_lib.sh
 export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 IFS=, read -r -a patches <<< "$1"
@@ -45,8 +46,7 @@ files=()
 for r in $(seq "$rounds"); do
   for v in "${names[@]}"; do
     cp "$keep/$v"/* "$pkg"/
-    timeout 300 bash -c "$cmd --json $OUT/$v$r.json" > "$OUT/$v$r.log" 2>&1
-    echo "$v$r: rc $? ($(tail -1 "$OUT/$v$r.log" | cut -c1-80))"
+    run_bench "$v$r" "$cmd"
     files+=("$OUT/$v$r.json")
   done
 done

@@ -12,6 +12,7 @@
 #       "python3 -m benchmarks.conv_matrix --platform gpu ..." [ROUNDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/bench_lib.sh
 export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 read -r -a settings <<< "$1"
@@ -21,8 +22,7 @@ for r in $(seq "$rounds"); do
   for s in "${settings[@]}"; do
     name=${s%%:*}
     IFS=, read -r -a vars <<< "${s#*:}"
-    timeout 300 env "${vars[@]}" bash -c "$cmd --json $OUT/$name$r.json" > "$OUT/$name$r.log" 2>&1
-    echo "$name$r: rc $? ($(tail -1 "$OUT/$name$r.log" | cut -c1-80))"
+    run_bench "$name$r" "$cmd" "${vars[@]}"
     files+=("$OUT/$name$r.json")
   done
 done

@@ -15,6 +15,7 @@
 #       base "" "" ch8 's/kIdChannels = 4;/kIdChannels = 8;/' cuda/stream_ids.cuh ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source tools/bench_lib.sh
 export PYTHONPATH=$PWD/src:$PWD XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_check}; mkdir -p "$OUT"
 # the benchmark commands, split at " ;; "
@@ -39,8 +40,7 @@ while [ $# -ge 3 ]; do
   if bash ${SWEEP_BUILD:-tools/device_build.sh}; then
     for i in "${!cmds[@]}"; do
       f=$name$(suffix $((i + 1)))
-      timeout 300 bash -c "${cmds[$i]} --json $OUT/$f.json" > "$OUT/$f.log" 2>&1
-      echo "$f: rc $? ($(tail -1 "$OUT/$f.log" | cut -c1-80))"
+      run_bench "$f" "${cmds[$i]}"
     done
     names+=("$name")
   fi
