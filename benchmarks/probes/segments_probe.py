@@ -7,10 +7,11 @@ sequence (every step plain, no masks), one sequence with the matrix's
 padded tail, the matrix's 8 segments with the padded tail, 64 and 512
 segments (8 steps each: every output's window crosses a change once W > 8).
 If one sequence already costs what 8 do, the masked steps are not the gap;
-the kernels' structure is. `fwd` times the forward only; the last column
-is the jitted XLA shifted sum (jax_causal_conv.reference) of the same call.
+the kernels' structure is. `fwd` times the forward only, `bwd` the backward
+only (the forward's and XLA's columns then nan); the last column is the
+jitted XLA shifted sum (jax_causal_conv.reference) of the same call.
 From the repository root on a GPU machine:
-    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl] [fwd]"""
+    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl] [fwd|bwd]"""
 import sys
 
 if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
@@ -30,6 +31,7 @@ B, D, L = 8, 4096, 4096
 widths = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [4, 8, 16]
 cl = "cl" in sys.argv[2:]
 fwd_only = "fwd" in sys.argv[2:]
+bwd_only = "bwd" in sys.argv[2:]
 rng = np.random.default_rng(0)
 
 
@@ -64,9 +66,9 @@ for W in widths:
         xla = jax.jit(lambda x, w, b, s=s: reference.causal_conv1d(x, w, b, activation="silu", seq_idx=s,
                                                                    channels_last=cl))
         bwd = jax.jit(lambda x, w, b, g, conv=conv: jax.vjp(conv, x, w, b)[1](g))
-        tf = device_busy_us(fwd, x, w, b)
+        tf = float("nan") if bwd_only else device_busy_us(fwd, x, w, b)
         tb = float("nan") if fwd_only else device_busy_us(bwd, x, w, b, g)
         base = base or (tf, tb)
-        tx = device_busy_us(xla, x, w, b)  # (the jitted XLA shifted sum, the same masks)
+        tx = float("nan") if bwd_only else device_busy_us(xla, x, w, b)  # (XLA's shifted sum, the same masks)
         print(f"| {W} | {name} | {tf:.1f} | {tb:.1f} | {tf / base[0]:.2f} | {tb / base[1]:.2f} | {tx:.1f} |",
               flush=True)
