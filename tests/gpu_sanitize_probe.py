@@ -371,7 +371,8 @@ for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 20, 2056), 4, False, "seq"
 # 117: the same at float16 W 7, 4 blocks an SM asked (thirty-sixth session)
 case(("conv", "float16", 1, 33, 1104, 7, False, "seqpad", "seq_words"))(
     lambda: env_case({"JCC_SEQ_WORDS": "1"}, (jnp.float16, 1, 33, 1104, 7, False, "seqpad")))
-# 118..119: the same at W 16 / 12 (forced only; MaskWords of 4 / 2 words)
+# 118..119: the same at W 16 / 12 (forced only; bf16 W 16's words are
+# MaskWords<4>, float32 W 12's 64-bit)
 for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 20, 2056), 16, False, "seqpad"),
                                    (jnp.float32, (1, 33, 1104), 12, False, "seq")):
     case(("conv", dt.__name__, B, D, L, W, cl, mode, "seq_words"))(
