@@ -159,6 +159,10 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 || FwdId
     // staged slots: copied into xr now, or read there as the walk needs it
     const ForwardStage<T>& st = stages[ch & 1];
     auto staged = [&](int i) { return i > 0 ? st.x[i - 1][lane] : before ? st.x[V][lane] : zero; };
+    if constexpr (!kLazy) {
+#pragma unroll
+      for (int i = 0; i <= V; ++i) xr[i] = staged(i);
+    }
     auto xv = [&](int i) {
       if constexpr (kLazy) {
         return staged(i);
@@ -166,10 +170,6 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 || FwdId
         return xr[i];
       }
     };
-    if constexpr (!kLazy) {
-#pragma unroll
-      for (int i = 0; i <= V; ++i) xr[i] = staged(i);
-    }
 #pragma unroll
     for (int j = 0; j < V; ++j) {
       const int64_t t = c0 + int64_t(j * 32 + lane) * N;
