@@ -73,19 +73,19 @@ bool MmaFits(const ConvArgs& a) {
 // one chunk a span.
 bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 16; }
 
-// Channels-first seq_idx backward at W 2..8 as the dense streaming kernel
+// Channels-first seq_idx backward at W 2..16 as the dense streaming kernel
 // reading mask words made once a row by a pre-pass (backward_stream.cu),
 // instead of the shared-ids kernel, where it measured faster: rows of at
 // least 4096 steps in calls of at least 2^26 elements (the pre-pass is a
 // serial launch, and rows whose every warp step holds an id change are
 // faster staged in shared memory), 16-bit, or float32 at W 8 (float32 W 4
-// measured slower, W 5..7 not measured). docs/performance-log.md,
-// thirty-sixth session. JCC_SEQ_WORDS=0 / 1 forces it off / on at every W
-// <= 16 (tests, A/B; W 9..16 only so), read at each call as JCC_FWD_SPAN is.
+// measured slower; float32 W 5..7 and 9..16 not measured with the words).
+// docs/performance-log.md, thirty-sixth (W 2..8) and thirty-eighth (W
+// 9..16) sessions. JCC_SEQ_WORDS=0 / 1 forces it off / on at every W <= 16
+// (tests, A/B), read at each call as JCC_FWD_SPAN is.
 bool SeqWordsBackward(const ConvArgs& a) {
   if (!SharedIds(a)) return false;
   if (const int forced = EnvDigit("JCC_SEQ_WORDS", "01"); forced >= 0) return forced == 1;
-  if (a.width > 8) return false;
   const bool dtype_fits = a.x_dtype != DType::kF32 || a.width == 8;
   return a.width >= 2 && dtype_fits && a.len >= 4096 && a.batch * a.dim * a.len >= (int64_t(1) << 26);
 }

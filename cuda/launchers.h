@@ -83,7 +83,7 @@ struct BackwardPlan {
   int steps = 0;        // kClRow: time steps a thread walks (the launcher's)
   // kStream seq_idx: the dense streaming kernel reading each row's mask
   // words, made once by a pre-pass (dispatch.cu's SeqWordsBackward: long
-  // rows at W 2..8; W 9..16 only when forced), instead of the shared-ids kernel
+  // rows at W 2..16), instead of the shared-ids kernel
   bool seq_words = false;
 };
 

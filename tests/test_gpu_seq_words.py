@@ -91,7 +91,8 @@ def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     (None, (1, 8192, 4096), "bfloat16", 6, False),   # 2^25 elements
     (None, (1, 16384, 4096), "float32", 4, False),   # float32 below W 8
     (None, (1, 16384, 4096), "float32", 8, True),
-    (None, (2, 8192, 4096), "bfloat16", 12, False),  # W 9..16: the words only when forced
+    (None, (2, 8192, 4096), "bfloat16", 12, True),   # 16-bit W 9..16 as W 2..8
+    (None, (1, 16384, 4096), "float32", 12, False),  # float32 only at W 8
 ])
 def test_seq_words_plan(monkeypatch, env, shape, dtype, W, words):
     from benchmarks.timing import device_events
