@@ -357,8 +357,10 @@ struct ChunkMasks {
   uint32_t tap_plain = 0, dx_plain = 0;
 };
 
-// Every lane calls it (shuffles).
-template <int N, int kH, int V, bool kDx>
+// Every lane calls it (shuffles). kChunkOnly: no tap word for the vector
+// after the chunk (tap[V] left unset; the words pre-pass stores the
+// chunk's own vectors only), though its ids are still loaded for dx[V - 1].
+template <bool kChunkOnly = false, int N, int kH, int V, bool kDx>
 __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int64_t c0, int32_t hist, int lane,
                                                ChunkMasks<N, kH, V, kDx>& m) {
   using M = IdMask<N, kH>;
@@ -367,7 +369,7 @@ __device__ __forceinline__ void LoadChunkMasks(const ConvArgs& a, int64_t b, int
   LoadStreamIds<N>(a, b, c0 - (32 - lane) * N, hist, kQ > 0 && lane >= 32 - kQ, prev);
   LoadStreamIds<N>(a, b, c0 + lane * N, hist, true, cur);
 #pragma unroll
-  for (int j = 0; j < kG; ++j) {
+  for (int j = 0; j < (kChunkOnly ? V : kG); ++j) {
     const int64_t p0 = c0 + int64_t(j * 32 + lane) * N;
     const bool dead = p0 >= a.len || (j == V && lane >= kQ);
     if (j + 1 < kG) LoadStreamIds<N>(a, b, p0 + 32 * N, hist, j + 1 < V || lane < kQ, next);

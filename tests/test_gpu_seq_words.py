@@ -6,8 +6,9 @@ rows by default), against the CPU kernels: packed rows with one-step segments ac
 the chunk edges, padding in the middle and a padded tail, an id that
 returns (test_gpu_seq_idx_stream.py's ids), initial and final states (the
 row's first sequence owns the initial ones), a residual, no activation,
-vmapped weights, and rows long enough that a warp walks two chunks (the g
-after a chunk handed over across an id change)."""
+vmapped weights, rows long enough that a warp walks two chunks (the g
+after a chunk handed over across an id change), and rows that begin with
+padding or a one-step sequence (the pre-pass's id before a row)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,6 +45,37 @@ def test_seq_words_backward(monkeypatch, dtype, W):
     fv = jax.vmap(lambda x, w: jcc.causal_conv1d(x[None], w, b, activation="silu", seq_idx=sidx[:1],
                                                  backend="ffi")[0])
     check(grads(fv, (0, 1)), (x[:2], wv), dtype, "seq words groups")
+
+
+def row_start_ids(L):
+    # how rows begin: the pre-pass gives the positions before a row its first
+    # id (cuda/backward_stream.cu's WordsHistoryId), so these rows' first
+    # warp steps are plain or masked by what follows, with or without states
+    ids = np.zeros((5, L), np.int32)
+    ids[0, :5], ids[0, 5:] = -1, 1                  # padding first
+    ids[1, 0], ids[1, 1:] = 7, 8                    # a one-step first sequence
+    ids[2, :40], ids[2, 40:100], ids[2, 100:110], ids[2, 110:] = 3, 4, 3, 5  # the first id returns
+    ids[3, :] = 2                                   # one sequence
+    ids[4, :3], ids[4, 3:] = -1, 6                  # padding shorter than the taps
+    ids[:, -7:] = -1
+    return jnp.asarray(ids)
+
+
+@pytest.mark.parametrize("dtype,W", [("bfloat16", 4), ("bfloat16", 12), ("float32", 4), ("float32", 12)])
+def test_seq_words_row_starts(monkeypatch, dtype, W):
+    monkeypatch.setenv("JCC_SEQ_WORDS", "1")
+    rng = np.random.default_rng(200 + W)
+    B, D, L = 5, 24, 2056
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+    sidx = row_start_ids(L)
+
+    def f(x, w, b, h):
+        y1, s1 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
+                                   return_final_states=True, backend="ffi")
+        y2 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, backend="ffi")
+        return y1, s1, y2
+
+    check(grads(f, (0, 1, 2, 3)), (x, w, b, init), dtype, f"seq words row starts W={W}")
 
 
 @pytest.mark.parametrize("dtype,W", [("bfloat16", 4), ("bfloat16", 8), ("float32", 5)])
