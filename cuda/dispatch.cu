@@ -90,6 +90,10 @@ bool SeqWordsBackward(const ConvArgs& a) {
   return a.width >= 2 && dtype_fits && a.len >= 4096 && a.batch * a.dim * a.len >= (int64_t(1) << 26);
 }
 
+// The most chunks a warp of the streaming families walks (a span; the
+// shared-ids backward's span is one chunk).
+constexpr int64_t kMaxSpanChunks = 4;
+
 // The streaming forward lets a warp walk a span of chunks, so that its
 // setup (its place, taps, the vector before its first chunk) is paid once a
 // span: up to 4 chunks, 2 at W = 2, none at W = 1 (where the walk measured
@@ -99,9 +103,9 @@ bool SeqWordsBackward(const ConvArgs& a) {
 // captured in a CUDA graph keeps what was read at capture).
 int64_t ForwardSpanChunks(const ConvArgs& a) {
   int64_t k = 1;
-  if (SharedIds(a) || StreamSpans(a, 4, &k) <= 0 || k == 1) return 1;
+  if (SharedIds(a) || StreamSpans(a, kMaxSpanChunks, &k) <= 0 || k == 1) return 1;
   if (const int forced = EnvDigit("JCC_FWD_SPAN", "124"); forced > 0) return forced;
-  return a.width == 1 ? 1 : a.width == 2 ? 2 : 4;
+  return a.width == 1 ? 1 : a.width == 2 ? 2 : kMaxSpanChunks;
 }
 
 }  // namespace
@@ -201,7 +205,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
   if (rows && MmaBackwardFits(a) && (p.nchunk = MmaBackwardSpans(a, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kMma;
   } else if (rows && a.width <= 16 &&
-             (p.nchunk = StreamSpans(a, SharedIds(a) && !words ? 1 : 4, &p.chunks_per_span)) > 0) {
+             (p.nchunk = StreamSpans(a, SharedIds(a) && !words ? 1 : kMaxSpanChunks, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
     p.seq_words = words;
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
