@@ -229,8 +229,15 @@ def primary(t):
     return (t["dev_us"], "device") if t.get("dev_us") is not None else (t["wall_us"], "wall")
 
 
+def pass_run(rec, pas):
+    """(calib, meta) of the run that timed pass `pas` of the record (a pass
+    kept from an earlier run by report.merge_record has its own)."""
+    run = rec.get("pass_runs", {}).get(pas)
+    return (run["calib"], run["meta"]) if run else (rec["calib"], rec["meta"])
+
+
 def floor_us(rec, pas):
-    """(floor in microseconds, 'copy' or 'fma') with the record's own run's rates."""
-    cal = rec["calib"]
+    """(floor in microseconds, 'copy' or 'fma') with the rates of the run that timed the pass."""
+    cal, _ = pass_run(rec, pas)
     s, kind = floor_s(cell_of(rec), pas, cal["copy_bytes_per_s"], cal["fma_per_s"])
     return s * 1e6, kind

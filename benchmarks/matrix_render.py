@@ -206,11 +206,13 @@ def table(recs, dev):
 
 
 def _runs(recs):
+    """(calib, meta) of each run the records' passes come from."""
     seen = {}
     for r in recs:
-        k = (r["meta"]["date"], r["meta"].get("commit"), r["meta"].get("sources"),
-             round(r["calib"]["copy_bytes_per_s"]))
-        seen[k] = r
+        runs = [r] + list(r.get("pass_runs", {}).values())
+        for cal, m in ((v["calib"], v["meta"]) for v in runs):
+            k = (m["date"], m.get("commit"), m.get("sources"), round(cal["copy_bytes_per_s"]))
+            seen[k] = (cal, m)
     return list(seen.values())
 
 
@@ -220,8 +222,7 @@ def render_group(recs, plot_link=None):
     dev = any(t.get("dev_us") is not None for r in recs for p in r["times"].values()
               for t in p.values())
     out = [heading(meta, "Conv matrix"), ""]
-    for r in _runs(recs):
-        cal, m = r["calib"], r["meta"]
+    for cal, m in _runs(recs):
         out.append(f"- run of {m['date']} (jax {m['jax']}"
                    + (f", commit {m['commit']}" if m.get("commit") else "")
                    + (f", kernel sources {m['sources']}" if m.get("sources") else "") + f"): copy "

@@ -1,6 +1,8 @@
 """What the benchmarks share for reporting: run metadata, number formats,
 markdown tables, and the JSON store of measured records (partial runs
-merge: a record replaces an earlier one with the same key)."""
+merge: a record replaces the passes an earlier one with the same key
+timed, and keeps the passes only the earlier one timed, each with its own
+run's calibration and metadata)."""
 
 from __future__ import annotations
 
@@ -80,13 +82,15 @@ def md_table(header, rows, right=None):
 
 
 def load_records(paths):
-    """Records of the JSON files, later files and later records winning per key."""
+    """Records of the JSON files, later files and later records winning per
+    key and pass (merge_record)."""
     merged = {}
     for p in paths:
         with open(p) as f:
             data = json.load(f)
         for r in data.get("records", []):
-            merged[record_key(r)] = r
+            k = record_key(r)
+            merged[k] = merge_record(merged[k], r) if k in merged else r
     return list(merged.values())
 
 
@@ -95,13 +99,40 @@ def record_key(r):
                       sort_keys=True)
 
 
+def passes_of(r):
+    return {p for impl in r.get("times", {}).values() for p in impl}
+
+
+def merge_record(old, new):
+    """new, with the passes that only old timed (a later run of some passes
+    of a cell): each kept pass keeps its run's calibration and metadata in
+    `pass_runs`, where the floors and the render read them
+    (matrix_cells.pass_run)."""
+    kept = passes_of(old) - passes_of(new)
+    if not kept:
+        return new
+    r = json.loads(json.dumps(new))
+    for impl, passes in old.get("times", {}).items():
+        for p in kept & set(passes):
+            r["times"].setdefault(impl, {})[p] = passes[p]
+    for field in ("hlo", "errors"):  # (keyed "impl/pass")
+        for name, v in old.get(field, {}).items():
+            if name.split("/")[-1] in kept:
+                r.setdefault(field, {})[name] = v
+    runs = old.get("pass_runs", {})
+    r.setdefault("pass_runs", {}).update(
+        {p: runs.get(p, {"meta": old["meta"], "calib": old["calib"]}) for p in kept})
+    return r
+
+
 def append_records(path, records):
-    """Adds records to the JSON file at `path` (created if absent), replacing
-    those with the same key; written atomically."""
+    """Adds records to the JSON file at `path` (created if absent), merged
+    with those of the same key (merge_record); written atomically."""
     old = load_records([path]) if os.path.exists(path) else []
     merged = {record_key(r): r for r in old}
     for r in records:
-        merged[record_key(r)] = r
+        k = record_key(r)
+        merged[k] = merge_record(merged[k], r) if k in merged else r
     d = os.path.dirname(path)
     if d:
         os.makedirs(d, exist_ok=True)

@@ -324,6 +324,35 @@ def test_json_store_merges(tmp_path):
     assert json.loads(a.read_text())["version"] == 1
 
 
+def test_json_store_merges_passes(tmp_path):
+    # a later run of some passes of a cell keeps the passes only the earlier
+    # one timed, each floored with its own run's calibration
+    c = mc.Cell(8, 4096, 4096, "bfloat16", "cf", "seq_idx", 12)
+    old = _rec(c, {"fwd": 1.0, "bwd": 2.0, "step": 3.0}, {"fwd": 4.0, "bwd": 5.0, "step": 6.0})
+    new = _rec(c, {"bwd": 7.0, "step": 8.0}, {"bwd": 9.0, "step": 10.0},
+               meta=dict(META, commit="later"))
+    new["calib"] = dict(CAL, copy_bytes_per_s=CAL["copy_bytes_per_s"] / 2)
+    new["hlo"] = {"ours/bwd": dict(forward=0, backward=1, other={})}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    report.append_records(str(a), [old])
+    report.append_records(str(b), [new])
+    on_load = report.load_records([str(a), str(b)])
+    report.append_records(str(a), [new])                  # the same merge when appended
+    for recs in (on_load, report.load_records([str(a)])):
+        (r,) = recs
+        assert {p: t["dev_us"] for p, t in r["times"]["ours"].items()} == {"fwd": 1.0, "bwd": 7.0, "step": 8.0}
+        assert {p: t["dev_us"] for p, t in r["times"]["xla"].items()} == {"fwd": 4.0, "bwd": 9.0, "step": 10.0}
+        assert set(r["hlo"]) == {"ours/fwd", "ours/bwd"} and r["meta"]["commit"] == "later"
+        assert set(r["pass_runs"]) == {"fwd"}
+        assert mc.floor_us(r, "fwd")[0] == pytest.approx(_floor(c, "fwd"))       # the earlier run's rate
+        assert mc.floor_us(r, "bwd")[0] == pytest.approx(2 * _floor(c, "bwd"))   # the later one's
+    text = mr.render_group([r])
+    assert "commit later" in text and f"commit {META['commit']}" in text        # both runs listed
+    # merging again with a record of every pass drops the kept one
+    full = _rec(c, {"fwd": 11.0, "bwd": 12.0, "step": 13.0}, {"fwd": 1.0, "bwd": 1.0, "step": 1.0})
+    assert "pass_runs" not in report.merge_record(r, full)
+
+
 def test_write_section(tmp_path):
     p = tmp_path / "sub" / "x.md"
     report.write_section(str(p), "cpu-decode", "first\n")
