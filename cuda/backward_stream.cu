@@ -12,7 +12,7 @@
 // the H inputs before a vector from the lanes behind and the H values of g
 // after it from the lanes ahead, by shuffles; g of the vector after the
 // span is computed by the lanes that load it. seq_idx: BwdStreamIdsKernel
-// below (stream_ids.cuh), compiled at each W <= 16, or (long rows at W 2..8:
+// below (stream_ids.cuh), compiled at each W <= 16, or (long rows at W 2..16:
 // dispatch.cu's SeqWordsBackward) this kernel reading mask words that
 // SeqWordsKernel makes once a row. The warp's partial
 // dweight/dbias go to
