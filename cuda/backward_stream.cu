@@ -76,6 +76,8 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq 
     // kSeq: bit j of tap_plain / dx_plain: warp step j of the chunk (j == V:
     // the next chunk's first) has every word set (past the row: set)
     uint32_t tap_plain = ~0u, dx_plain = ~0u;
+    // kSeq: vector j's words at wv + 32 j (p0 / N without a signed division)
+    const uint64_t wv = kSeq ? uint64_t(b * sw.nvec) + uint64_t(ci) * (V * 32) + lane : 0;
     if constexpr (kSeq) {
       const int64_t st = ci * V + (lane < V ? lane : V);
       const uint32_t bits = st < sw.nsteps ? sw.plain[b * sw.nsteps + st] : 3u;
@@ -98,7 +100,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq 
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
       InputWindow<N, kH>(h, cur, win);
       if (kSeq && !((tap_plain >> j) & 1)) {
-        const Word mj = static_cast<const Word*>(sw.tap)[b * sw.nvec + p0 / N];
+        const Word mj = static_cast<const Word*>(sw.tap)[wv + j * 32];
         return MaskedGrad<N, kH>(w, win, dyv, bias, silu, mj, j < V, g, part);
       }
       // g and the dweight/dbias shares over the taps present
@@ -137,7 +139,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq 
         GradWindow<N, kH>(gcur, r, gw);
         float dx[N];
         if (kSeq && !((dx_plain >> j) & 1)) {
-          const Word mj = static_cast<const Word*>(sw.dx)[b * sw.nvec + p0 / N];
+          const Word mj = static_cast<const Word*>(sw.dx)[wv + j * 32];
           MaskedDx<N, kH, false>(w, gw, mj, dx);
         } else {
 #pragma unroll

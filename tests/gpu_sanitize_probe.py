@@ -360,19 +360,20 @@ for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 64, 700), 1, True, "seqpad
     case(("conv", dt.__name__, B, D, L, W, cl, mode))(
         lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
 
-# 114..120: the channels-first seq_idx backward reading mask words made
+# 114..121: the channels-first seq_idx backward reading mask words made
 # once a row (forced, JCC_SEQ_WORDS=1): one chunk a span, padding, 8 x 4096
 # rows whose warps walk spans of 2 chunks; float16 W 7 with 4 blocks an SM
 # asked (thirty-sixth session); W 16 / 12 (thirty-seventh: bf16 W 16's
 # words are MaskWords<4>, float32 W 12's 64-bit); bf16 W 10 (MaskWords<3>,
-# thirty-eighth)
+# thirty-eighth); float32 W 4 (the plan's since the thirty-ninth)
 for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 20, 2056), 4, "seq"),
                                (jnp.float32, (1, 33, 1104), 8, "seqpad"),
                                (jnp.bfloat16, (8, 4096, 1032), 8, "seq"),
                                (jnp.float16, (1, 33, 1104), 7, "seqpad"),
                                (jnp.bfloat16, (2, 20, 2056), 16, "seqpad"),
                                (jnp.float32, (1, 33, 1104), 12, "seq"),
-                               (jnp.bfloat16, (2, 20, 2056), 10, "seqpad")):
+                               (jnp.bfloat16, (2, 20, 2056), 10, "seqpad"),
+                               (jnp.float32, (2, 20, 2056), 4, "seqpad")):
     case(("conv", dt.__name__, B, D, L, W, False, mode, "seq_words"))(
         lambda c=(dt, B, D, L, W, False, mode): env_case({"JCC_SEQ_WORDS": "1"}, c))
 
