@@ -78,16 +78,14 @@ bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.w
 // instead of the shared-ids kernel, where it measured faster: rows of at
 // least 4096 steps in calls of at least 2^26 elements (the pre-pass is a
 // serial launch, and rows whose every warp step holds an id change are
-// faster staged in shared memory), 16-bit, or float32 at W 8 (float32 W 4
-// measured slower; float32 W 5..7 and 9..16 not measured with the words).
-// docs/performance-log.md, thirty-sixth (W 2..8) and thirty-eighth (W
-// 9..16) sessions. JCC_SEQ_WORDS=0 / 1 forces it off / on at every W <= 16
-// (tests, A/B), read at each call as JCC_FWD_SPAN is.
+// faster staged in shared memory), every dtype. docs/performance-log.md,
+// thirty-sixth (W 2..8), thirty-eighth (16-bit W 9..16) and thirty-ninth
+// (float32) sessions. JCC_SEQ_WORDS=0 / 1 forces it off / on at every W <=
+// 16 (tests, A/B), read at each call as JCC_FWD_SPAN is.
 bool SeqWordsBackward(const ConvArgs& a) {
   if (!SharedIds(a)) return false;
   if (const int forced = EnvDigit("JCC_SEQ_WORDS", "01"); forced >= 0) return forced == 1;
-  const bool dtype_fits = a.x_dtype != DType::kF32 || a.width == 8;
-  return a.width >= 2 && dtype_fits && a.len >= 4096 && a.batch * a.dim * a.len >= (int64_t(1) << 26);
+  return a.width >= 2 && a.len >= 4096 && a.batch * a.dim * a.len >= (int64_t(1) << 26);
 }
 
 // The most chunks a warp of the streaming families walks (a span; the

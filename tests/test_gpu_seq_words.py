@@ -121,10 +121,10 @@ def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     ("0", (2, 8192, 4096), "bfloat16", 6, False),    # forced off
     (None, (4, 8192, 2048), "bfloat16", 6, False),   # 2^26 elements in rows shorter than 4096 steps
     (None, (1, 8192, 4096), "bfloat16", 6, False),   # 2^25 elements
-    (None, (1, 16384, 4096), "float32", 4, False),   # float32 below W 8
-    (None, (1, 16384, 4096), "float32", 8, True),
-    (None, (2, 8192, 4096), "bfloat16", 12, True),   # 16-bit W 9..16 as W 2..8
-    (None, (1, 16384, 4096), "float32", 12, False),  # float32 only at W 8
+    (None, (1, 16384, 4096), "float32", 4, True),    # every dtype
+    (None, (4, 8192, 2048), "float32", 8, False),    # float32 rows shorter than 4096 steps
+    (None, (2, 8192, 4096), "bfloat16", 12, True),   # W 9..16 as W 2..8
+    (None, (1, 16384, 4096), "float32", 12, True),
 ])
 def test_seq_words_plan(monkeypatch, env, shape, dtype, W, words):
     from benchmarks.timing import device_events
