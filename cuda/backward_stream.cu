@@ -161,16 +161,6 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq 
                        WarpTapSums<kW>(part, lane));
 }
 
-// The id the words give positions t < 0: the row's first id. With initial
-// states that is HistoryId's (the first sequence owns them); without, those
-// positions hold zeros (the vector before the row), whose taps add nothing
-// to g or dweight whether masked or not, where HistoryId's "none" would mask
-// them: so a row whose first sequence covers its first warp step takes that
-// step plain, as the dense rows do.
-__device__ __forceinline__ int32_t WordsHistoryId(const ConvArgs& a, int64_t b) {
-  return a.len > 0 ? a.seq_idx[b * a.len] : kNoId;
-}
-
 // Each row's mask words for BwdStreamKernel<.., kSeq> (p.seq_words): a
 // warp per (row, chunk) makes the chunk's words as the shared-ids kernels do
 // (LoadChunkMasks) and writes them to sw, vector by vector, with a byte per
@@ -185,7 +175,13 @@ __global__ void __launch_bounds__(kStreamThreads) SeqWordsKernel(const ConvArgs 
   const int lane = threadIdx.x & 31;
   const int64_t b = warp / nchunks, ci = warp - b * nchunks;
   ChunkMasks<N, kH, V, true> m;
-  LoadChunkMasks<true>(a, b, ci * S::kChunk, WordsHistoryId(a, b), lane, m);
+  // Positions t < 0 take the row's first id. With initial states that is
+  // HistoryId's (the first sequence owns them); without, they hold zeros
+  // (the vector before the row), whose taps add nothing to g or dweight
+  // whether masked or not, where HistoryId's "none" would mask them: so a
+  // row whose first sequence covers its first warp step takes that step
+  // plain, as the dense rows do.
+  LoadChunkMasks<true>(a, b, ci * S::kChunk, RowFirstId(a, b), lane, m);
   const int64_t v0 = b * sw.nvec + ci * V * 32 + lane;
 #pragma unroll
   for (int j = 0; j < V; ++j) {

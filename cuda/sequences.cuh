@@ -26,9 +26,16 @@ constexpr int32_t kNoId = INT32_MIN;
 // pass's dweight terms (0 * Inf where the input is not finite).
 __device__ __forceinline__ int32_t StagedId(int32_t id) { return id < 0 ? -1 : id; }
 
-// The id positions t < 0 of row b carry in kSeqIdx mode.
+// The id of row b's first step in kSeqIdx mode (an empty row: kNoId).
+__device__ __forceinline__ int32_t RowFirstId(const ConvArgs& a, int64_t b) {
+  return a.len > 0 ? a.seq_idx[b * a.len] : kNoId;
+}
+
+// The id positions t < 0 of row b carry in kSeqIdx mode. (The length test
+// written here too: in this form every kernel's SASS is what it was before
+// RowFirstId; without it the channels-last rows' setup compiled otherwise.)
 __device__ __forceinline__ int32_t HistoryId(const ConvArgs& a, int64_t b) {
-  return a.initial_states && a.len > 0 ? a.seq_idx[b * a.len] : kNoId;
+  return a.initial_states && a.len > 0 ? RowFirstId(a, b) : kNoId;
 }
 
 // The id of step t of row b in kSeqIdx mode (any t; past the end: kNoId).
