@@ -49,8 +49,9 @@ def test_seq_words_backward(monkeypatch, dtype, W):
 
 def row_start_ids(L):
     # how rows begin: the pre-pass gives the positions before a row its first
-    # id (cuda/backward_stream.cu's WordsHistoryId), so these rows' first
-    # warp steps are plain or masked by what follows, with or without states
+    # id (SeqWordsKernel, by sequences.cuh's RowFirstId), so these rows'
+    # first warp steps are plain or masked by what follows, with or without
+    # states
     ids = np.zeros((5, L), np.int32)
     ids[0, :5], ids[0, 5:] = -1, 1                  # padding first
     ids[1, 0], ids[1, 1:] = 7, 8                    # a one-step first sequence
