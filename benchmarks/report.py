@@ -88,10 +88,15 @@ def load_records(paths):
     for p in paths:
         with open(p) as f:
             data = json.load(f)
-        for r in data.get("records", []):
-            k = record_key(r)
-            merged[k] = merge_record(merged[k], r) if k in merged else r
+        _merge_into(merged, data.get("records", []))
     return list(merged.values())
+
+
+def _merge_into(merged, records):
+    """Adds records to {record_key: record}, merged with those of the same key."""
+    for r in records:
+        k = record_key(r)
+        merged[k] = merge_record(merged[k], r) if k in merged else r
 
 
 def record_key(r):
@@ -130,9 +135,7 @@ def append_records(path, records):
     with those of the same key (merge_record); written atomically."""
     old = load_records([path]) if os.path.exists(path) else []
     merged = {record_key(r): r for r in old}
-    for r in records:
-        k = record_key(r)
-        merged[k] = merge_record(merged[k], r) if k in merged else r
+    _merge_into(merged, records)
     d = os.path.dirname(path)
     if d:
         os.makedirs(d, exist_ok=True)
