@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq 
     // the next chunk's first) has every word set (past the row: set)
     uint32_t tap_plain = ~0u, dx_plain = ~0u;
     // kSeq: vector j's words at wv + 32 j (p0 / N without a signed division)
-    const uint64_t wv = kSeq ? uint64_t(b * sw.nvec) + uint64_t(ci) * (V * 32) + lane : 0;
+    const uint64_t wv = kSeq ? sw.ChunkVector(b, ci, V, lane) : 0;
     if constexpr (kSeq) {
       const int64_t st = ci * V + (lane < V ? lane : V);
       const uint32_t bits = st < sw.nsteps ? sw.plain[b * sw.nsteps + st] : 3u;
@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kStreamThreads) SeqWordsKernel(const ConvArgs 
   // row whose first sequence covers its first warp step takes that step
   // plain, as the dense rows do.
   LoadChunkMasks<true>(a, b, ci * S::kChunk, RowFirstId(a, b), lane, m);
-  const int64_t v0 = b * sw.nvec + ci * V * 32 + lane;
+  const uint64_t v0 = sw.ChunkVector(b, ci, V, lane);
 #pragma unroll
   for (int j = 0; j < V; ++j) {
     static_cast<Word*>(sw.tap)[v0 + j * 32] = m.tap[j];

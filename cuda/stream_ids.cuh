@@ -438,6 +438,11 @@ struct SeqWords {
   void* dx = nullptr;
   uint8_t* plain = nullptr;
   int64_t nvec = 0, nsteps = 0;
+  // v of lane `lane`'s vector 0 in chunk ci (V vectors a lane) of row b, as
+  // b nvec + v: its vector j's is 32 j on
+  __device__ __forceinline__ uint64_t ChunkVector(int64_t b, int64_t ci, int V, int lane) const {
+    return uint64_t(b * nvec) + uint64_t(ci) * (V * 32) + lane;
+  }
 };
 
 // g of a vector whose tap word mj is not All() (padding outputs: 0) over
