@@ -321,16 +321,22 @@ inline ffi::Error MakeBackwardArgs(ConvArgs* a, JCC_BACKWARD_PARAMS) {
   return ffi::Error::Success();
 }
 
-// The backward targets' last result, bound after the attributes: uint8
-// scratch of BackwardWorkspaceBytes (the CUDA kernel's partial sums; the CPU
-// kernel ignores it, but checks it the same way).
-inline ffi::Error CheckWorkspace(const ConvArgs& a, ffi::Result<ffi::AnyBuffer> workspace) {
-  const int64_t need = BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width);
+// The workspace results, bound after the attributes: uint8 scratch the CUDA
+// kernels use (the CPU kernels ignore it, but check it the same way). The
+// backward's holds BackwardWorkspaceBytes (its partial sums), the forward's
+// ForwardWorkspaceBytes (csrc/problem.h).
+inline ffi::Error CheckWorkspace(int64_t need, ffi::Result<ffi::AnyBuffer> workspace) {
   const auto wd = workspace->dimensions();
   if (workspace->element_type() != ffi::DataType::U8 || wd.size() != 1 || wd[0] < need)
     return Invalid("workspace must be a uint8 vector of at least " + std::to_string(need) +
                    " bytes, got " + ShapeStr(wd));
   return ffi::Error::Success();
+}
+inline int64_t BackwardWorkspaceBytes(const ConvArgs& a) {
+  return BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width);
+}
+inline int64_t ForwardWorkspaceBytes(const ConvArgs& a) {
+  return ForwardWorkspaceBytes(a.batch, a.len, a.width, int64_t(a.mode), a.channels_last);
 }
 
 inline ffi::Error MakeUpdateArgs(UpdateArgs* u, JCC_UPDATE_PARAMS) {

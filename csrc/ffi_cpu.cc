@@ -9,19 +9,25 @@
 namespace jcc {
 namespace {
 
-ffi::Error CpuForward(JCC_FORWARD_PARAMS) {
-  ConvArgs a;
-  JCC_RETURN_IF_ERROR(MakeForwardArgs(&a, JCC_FORWARD_NAMES));
+ffi::Error RunForward(const ConvArgs& a) {
   if (a.mode == SegmentMode::kVarlen)
     JCC_RETURN_IF_ERROR(CheckOffsetsOnHost(a.cu_seqlens, a.batch, a.num_seqs + 1, a.len));
   cpu::Forward(a);
   return ffi::Error::Success();
 }
 
+// (the workspace unused: checked as the CUDA handler checks it)
+ffi::Error CpuForward(JCC_FORWARD_PARAMS, ffi::Result<ffi::AnyBuffer> workspace) {
+  ConvArgs a;
+  JCC_RETURN_IF_ERROR(MakeForwardArgs(&a, JCC_FORWARD_NAMES));
+  JCC_RETURN_IF_ERROR(CheckWorkspace(ForwardWorkspaceBytes(a), workspace));
+  return RunForward(a);
+}
+
 ffi::Error CpuBackward(JCC_BACKWARD_PARAMS, ffi::Result<ffi::AnyBuffer> workspace) {
   ConvArgs a;
   JCC_RETURN_IF_ERROR(MakeBackwardArgs(&a, JCC_BACKWARD_NAMES));
-  JCC_RETURN_IF_ERROR(CheckWorkspace(a, workspace));
+  JCC_RETURN_IF_ERROR(CheckWorkspace(BackwardWorkspaceBytes(a), workspace));
   if (a.mode == SegmentMode::kVarlen)
     JCC_RETURN_IF_ERROR(CheckOffsetsOnHost(a.cu_seqlens, a.batch, a.num_seqs + 1, a.len));
   cpu::Backward(a);
@@ -53,6 +59,11 @@ ffi::Error CpuVarlenStates(JCC_VARLEN_STATES_PARAMS) {
   return ffi::Error::Success();
 }
 
+ffi::Error CpuForwardV1(JCC_FORWARD_PARAMS) {
+  ConvArgs a;
+  JCC_RETURN_IF_ERROR(MakeForwardArgs(&a, JCC_FORWARD_NAMES));
+  return RunForward(a);
+}
 ffi::Error CpuUpdateV1(JCC_UPDATE_PARAMS_V1) { return CpuUpdate(JCC_UPDATE_NAMES_V1, false); }
 ffi::Error CpuVarlenStatesV1(JCC_VARLEN_STATES_PARAMS_V1) {
   return CpuVarlenStates(JCC_VARLEN_STATES_NAMES_V1, false);
@@ -60,12 +71,14 @@ ffi::Error CpuVarlenStatesV1(JCC_VARLEN_STATES_PARAMS_V1) {
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuForwardHandler, CpuForward, JCC_FORWARD_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuForwardHandler, CpuForward,
+                              JCC_FORWARD_BINDING(ffi::Ffi::Bind()).Ret<ffi::AnyBuffer>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuBackwardHandler, CpuBackward,
                               JCC_BACKWARD_BINDING(ffi::Ffi::Bind()).Ret<ffi::AnyBuffer>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuUpdateHandler, CpuUpdate, JCC_UPDATE_BINDING(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuVarlenStatesHandler, CpuVarlenStates,
                               JCC_VARLEN_STATES_BINDING(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuForwardV1Handler, CpuForwardV1, JCC_FORWARD_BINDING(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuUpdateV1Handler, CpuUpdateV1, JCC_UPDATE_BINDING_V1(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CpuVarlenStatesV1Handler, CpuVarlenStatesV1,
                               JCC_VARLEN_STATES_BINDING_V1(ffi::Ffi::Bind()));

@@ -71,6 +71,15 @@ JCC_HD int64_t BackwardWorkspaceBytes(int64_t batch, int64_t dim, int64_t len, i
   return 4 * (floats > 0 ? floats : 1) + SeqWordsBytes(batch, len);
 }
 
+// Scratch the forward needs: the same mask words, for the channels-first
+// seq_idx forward at W <= 16 that reads them (cuda/forward_stream.cu); no
+// other forward takes any. The caller allocates it as for the backward.
+JCC_HD int64_t ForwardWorkspaceBytes(int64_t batch, int64_t len, int64_t width, int64_t mode,
+                                     bool channels_last) {
+  const bool words = mode == int64_t(SegmentMode::kSeqIdx) && !channels_last && width >= 1 && width <= 16;
+  return words ? SeqWordsBytes(batch, len) : 0;
+}
+
 // Forward and backward of the causal depthwise convolution.
 //   y[b,d,t] = act(bias[g,d] + sum_k weight[g,d,k] * xp[b,d,t+k]) + residual[b,d,t]
 // with g = b / (batch / groups): a vmapped weight becomes `groups` > 1.

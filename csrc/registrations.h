@@ -19,11 +19,12 @@ struct TargetName {
   const char* name;
 };
 
-inline constexpr TargetName kForwardTarget{"forward", "jax_causal_conv_fwd_v1"};
+inline constexpr TargetName kForwardTarget{"forward", "jax_causal_conv_fwd_v2"};  // v2: + workspace
 inline constexpr TargetName kBackwardTarget{"backward", "jax_causal_conv_bwd_v2"};  // v2: + workspace
 inline constexpr TargetName kUpdateTarget{"update", "jax_causal_conv_update_v2"};  // v2: + channels_last
 inline constexpr TargetName kVarlenStatesTarget{"varlen_states", "jax_causal_conv_varlen_states_v2"};
 // Earlier versions, still registered so that exported programs calling them run.
+inline constexpr const char* kForwardV1 = "jax_causal_conv_fwd_v1";
 inline constexpr const char* kUpdateV1 = "jax_causal_conv_update_v1";
 inline constexpr const char* kVarlenStatesV1 = "jax_causal_conv_varlen_states_v1";
 
@@ -45,7 +46,7 @@ inline nanobind::dict TargetNames() {
 // One platform's handlers, current and earlier versions.
 template <typename H>
 struct Handlers {
-  H *forward, *backward, *update, *varlen_states, *update_v1, *varlen_states_v1;
+  H *forward, *backward, *update, *varlen_states, *forward_v1, *update_v1, *varlen_states_v1;
 };
 
 // {target name: handler capsule}
@@ -56,6 +57,7 @@ nanobind::dict Registrations(const Handlers<H>& h) {
   r[kBackwardTarget.name] = HandlerCapsule(h.backward);
   r[kUpdateTarget.name] = HandlerCapsule(h.update);
   r[kVarlenStatesTarget.name] = HandlerCapsule(h.varlen_states);
+  r[kForwardV1] = HandlerCapsule(h.forward_v1);
   r[kUpdateV1] = HandlerCapsule(h.update_v1);
   r[kVarlenStatesV1] = HandlerCapsule(h.varlen_states_v1);
   return r;

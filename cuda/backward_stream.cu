@@ -14,13 +14,14 @@
 // span is computed by the lanes that load it. seq_idx: BwdStreamIdsKernel
 // below (stream_ids.cuh), compiled at each W <= 16, or (long rows at W 2..16:
 // dispatch.cu's SeqWordsBackward) this kernel reading mask words that
-// SeqWordsKernel makes once a row. The warp's partial
+// seq_words.cuh's pre-pass makes once a row. The warp's partial
 // dweight/dbias go to
 // ws[grp][part][d][W + 1] (part = (b % batch_per_group) * spans + span) for
 // states.cu's ReduceKernel; dinitial_states and the final-states cotangent
 // are left to StatesGradKernel.
 #include "launchers.h"
 #include "stream.cuh"
+#include "seq_words.cuh"
 #include "stream_ids.cuh"
 
 namespace jcc::cuda {
@@ -31,8 +32,8 @@ namespace {
 // blocks' share and W <= 8 in 5 without more than a word of spill. W 9..16
 // took 158-191 registers unbounded (2-3 blocks); 4 blocks' 128 measured
 // faster: docs/performance-log.md, 2026-11-27, sixteenth session.)
-// kSeq: seq_idx, each vector's mask words read from `sw` (SeqWordsKernel's,
-// below), the masked paths of stream_ids.cuh where a warp step's words are
+// kSeq: seq_idx, each vector's mask words read from `sw` (seq_words.cuh),
+// the masked paths of stream_ids.cuh where a warp step's words are
 // not all set. Its 16-bit W 7 / 8 spilled 20-64 bytes in 5 blocks' share and
 // measured faster in 4 (docs/performance-log.md, thirty-sixth session).
 template <typename T, int kW, bool kSeq>
@@ -159,36 +160,6 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq 
   // Warp reduction, then lane k writes tap k's partial.
   StoreSpanPartial<kW>(a, ws, b, d, spans_per_row, pl.first_chunk / chunks_per_span, lane,
                        WarpTapSums<kW>(part, lane));
-}
-
-// Each row's mask words for BwdStreamKernel<.., kSeq> (p.seq_words): a
-// warp per (row, chunk) makes the chunk's words as the shared-ids kernels do
-// (LoadChunkMasks) and writes them to sw, vector by vector, with a byte per
-// warp step: bit 0 its tap words all set, bit 1 its dx words.
-template <typename T, int kW>
-__global__ void __launch_bounds__(kStreamThreads) SeqWordsKernel(const ConvArgs a, SeqWords sw, int64_t nchunks) {
-  using S = Stream<T>;
-  constexpr int N = S::kN, V = S::kVecs, kH = kW - 1;
-  using Word = typename IdMask<N, kH>::Word;
-  const int64_t warp = int64_t(blockIdx.x) * kStreamWarps + (threadIdx.x >> 5);
-  if (warp >= a.batch * nchunks) return;  // whole warps
-  const int lane = threadIdx.x & 31;
-  const int64_t b = warp / nchunks, ci = warp - b * nchunks;
-  ChunkMasks<N, kH, V, true> m;
-  // Positions t < 0 take the row's first id. With initial states that is
-  // HistoryId's (the first sequence owns them); without, they hold zeros
-  // (the vector before the row), whose taps add nothing to g or dweight
-  // whether masked or not, where HistoryId's "none" would mask them: so a
-  // row whose first sequence covers its first warp step takes that step
-  // plain, as the dense rows do.
-  LoadChunkMasks<true>(a, b, ci * S::kChunk, RowFirstId(a, b), lane, m);
-  const uint64_t v0 = sw.ChunkVector(b, ci, V, lane);
-#pragma unroll
-  for (int j = 0; j < V; ++j) {
-    static_cast<Word*>(sw.tap)[v0 + j * 32] = m.tap[j];
-    static_cast<Word*>(sw.dx)[v0 + j * 32] = m.dx[j];
-  }
-  if (lane < V) sw.plain[b * sw.nsteps + ci * V + lane] = ((m.tap_plain >> lane) & 1) | ((m.dx_plain >> lane) & 1) << 1;
 }
 
 // The kernel's static shared memory: the warps' mask words (each lane
@@ -370,27 +341,15 @@ cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws,
   return cudaGetLastError();
 }
 
-// seq_idx with the words made first (p.seq_words): they lie in the
-// workspace after the partial sums (SeqWordsBytes, csrc/problem.h)
+// seq_idx with the words made first (p.seq_words), in the workspace after
+// the partial sums (SeqWordsBytes, csrc/problem.h)
 template <typename T, int kW>
 cudaError_t LaunchBwdStreamWords(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  using S = Stream<T>;
-  using Word = typename IdMask<S::kN, kW - 1>::Word;
-  const int64_t nchunks = CeilDiv(a.len, S::kChunk);
+  const int64_t partial = BackwardPartialFloats(a, p);
   SeqWords sw;
-  sw.nsteps = nchunks * S::kVecs;
-  sw.nvec = sw.nsteps * 32;
-  // (the words 16-byte aligned: the workspace itself is only 4-byte aligned)
-  const uintptr_t end = reinterpret_cast<uintptr_t>(ws + BackwardPartialFloats(a, p));
-  char* base = reinterpret_cast<char*>((end + 15) & ~uintptr_t(15));
-  const int64_t words = a.batch * sw.nvec * int64_t(sizeof(Word));
-  const int64_t used = (base - reinterpret_cast<char*>(ws)) + 2 * words + a.batch * sw.nsteps;
-  if (used > BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width)) return cudaErrorInvalidValue;
-  sw.tap = base;
-  sw.dx = base + words;
-  sw.plain = reinterpret_cast<uint8_t*>(base + 2 * words);
-  SeqWordsKernel<T, kW><<<unsigned(CeilDiv(a.batch * nchunks, kStreamWarps)), kStreamThreads, 0, stream>>>(
-      a, sw, nchunks);
+  const cudaError_t err = MakeSeqWords<T, kW, true>(
+      a, ws + partial, BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width) - 4 * partial, stream, &sw);
+  if (err != cudaSuccess) return err;
   BwdStreamKernel<T, kW, true><<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(
       a, p.nchunk, int(p.chunks_per_span), ws, sw);
   return cudaGetLastError();

@@ -73,19 +73,32 @@ bool MmaFits(const ConvArgs& a) {
 // one chunk a span.
 bool SharedIds(const ConvArgs& a) { return a.mode == SegmentMode::kSeqIdx && a.width <= 16; }
 
-// Channels-first seq_idx backward at W 2..16 as the dense streaming kernel
-// reading mask words made once a row by a pre-pass (backward_stream.cu),
-// instead of the shared-ids kernel, where it measured faster: rows of at
-// least 4096 steps in calls of at least 2^26 elements (the pre-pass is a
-// serial launch, and rows whose every warp step holds an id change are
-// faster staged in shared memory), every dtype. docs/performance-log.md,
-// thirty-sixth (W 2..8), thirty-eighth (16-bit W 9..16) and thirty-ninth
-// (float32) sessions. JCC_SEQ_WORDS=0 / 1 forces it off / on at every W <=
+// Where the channels-first seq_idx streaming kernels read mask words made
+// once a row by a pre-pass (seq_words.cuh), instead of the shared-ids ones:
+// rows of at least 4096 steps in calls of at least 2^26 elements, W >= 2
+// (the pre-pass is a serial launch, and rows whose every warp step holds an
+// id change are faster staged in shared memory), every dtype. The backward:
+// docs/performance-log.md, thirty-sixth (W 2..8), thirty-eighth (16-bit W
+// 9..16) and thirty-ninth (float32) sessions.
+bool SeqWordsRows(const ConvArgs& a) {
+  return a.width >= 2 && a.len >= 4096 && a.batch * a.dim * a.len >= (int64_t(1) << 26);
+}
+
+// JCC_SEQ_WORDS=0 / 1 forces the backward's choice off / on at every W <=
 // 16 (tests, A/B), read at each call as JCC_FWD_SPAN is.
 bool SeqWordsBackward(const ConvArgs& a) {
   if (!SharedIds(a)) return false;
   if (const int forced = EnvDigit("JCC_SEQ_WORDS", "01"); forced >= 0) return forced == 1;
-  return a.width >= 2 && a.len >= 4096 && a.batch * a.dim * a.len >= (int64_t(1) << 26);
+  return SeqWordsRows(a);
+}
+
+// The forward's, where the caller gave the workspace for the words
+// (ForwardWorkspaceBytes; the DLPack entry point and the v1 FFI target give
+// none): only when JCC_SEQ_WORDS_FWD=1 asks for it (not yet measured on a
+// GPU); =0 keeps the shared ids.
+bool SeqWordsForward(const ConvArgs& a, int64_t workspace_bytes) {
+  if (!SharedIds(a) || workspace_bytes < SeqWordsBytes(a.batch, a.len)) return false;
+  return EnvDigit("JCC_SEQ_WORDS_FWD", "01") == 1;
 }
 
 // The most chunks a warp of the streaming families walks (a span; the
@@ -98,10 +111,11 @@ constexpr int64_t kMaxSpanChunks = 4;
 // no faster; docs/performance-log.md, 2026-11-26). JCC_FWD_SPAN = 1, 2 or 4
 // overrides the most (tests and diagnosis); read at each call where a warp
 // could walk at all, so that one process can compare settings (a call
-// captured in a CUDA graph keeps what was read at capture).
-int64_t ForwardSpanChunks(const ConvArgs& a) {
+// captured in a CUDA graph keeps what was read at capture). seq_idx walks
+// only reading the words.
+int64_t ForwardSpanChunks(const ConvArgs& a, bool seq_words) {
   int64_t k = 1;
-  if (SharedIds(a) || StreamSpans(a, kMaxSpanChunks, &k) <= 0 || k == 1) return 1;
+  if ((SharedIds(a) && !seq_words) || StreamSpans(a, kMaxSpanChunks, &k) <= 0 || k == 1) return 1;
   if (const int forced = EnvDigit("JCC_FWD_SPAN", "124"); forced > 0) return forced;
   return a.width == 1 ? 1 : a.width == 2 ? 2 : kMaxSpanChunks;
 }
@@ -124,17 +138,19 @@ int CurrentDeviceSms(cudaError_t* err) {
 namespace {
 
 // The family that runs a forward, with its launch geometry.
-ForwardPlan PlanForwardFamily(const ConvArgs& a) {
+ForwardPlan PlanForwardFamily(const ConvArgs& a, int64_t workspace_bytes) {
   ForwardPlan p;
   if (a.batch == 0 || a.dim == 0 || a.len == 0) return p;
-  const bool rows = VectorRowsFit(a, a.residual, a.y);
+  const bool rows = VectorRowsFit(a, a.residual, a.y), words = SeqWordsForward(a, workspace_bytes);
   // (The streaming kernels at their own width measured faster than the
   // tensor-core forward at W 13..16: docs/performance-log.md, eighteenth
   // session.)
   if (rows && a.width > 16 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kMma;
-  } else if (rows && a.width <= 16 && (p.spans_per_row = StreamSpans(a, ForwardSpanChunks(a), &p.chunks_per_span)) > 0) {
+  } else if (rows && a.width <= 16 &&
+             (p.spans_per_row = StreamSpans(a, ForwardSpanChunks(a, words), &p.chunks_per_span)) > 0) {
     p.family = ForwardPlan::kStream;
+    p.seq_words = words;
   } else if (rows && a.width > 16 && (p.spans_per_row = WideSpans(a)) > 0) {
     p.family = ForwardPlan::kWide;
   } else if (WideClFits(a, a.residual, a.y) && a.width > 16 && MmaFits(a) && (p.spans_per_row = WideSpans(a)) > 0) {
@@ -185,15 +201,15 @@ int64_t SeqFixMaxWidth() {
 
 }  // namespace
 
-ForwardPlan PlanForward(const ConvArgs& a) {
+ForwardPlan PlanForward(const ConvArgs& a, int64_t workspace_bytes) {
   if (a.mode == SegmentMode::kSeqIdx && a.width <= Min64(257, SeqFixMaxWidth())) {  // (257: FixSeqIdxForward's bound)
-    ForwardPlan p = PlanForwardFamily(AsRows(a));
+    ForwardPlan p = PlanForwardFamily(AsRows(a), 0);
     if (SeqFixFamily(p.family)) {
       p.seq_fix = true;
       return p;
     }
   }
-  return PlanForwardFamily(a);
+  return PlanForwardFamily(a, workspace_bytes);
 }
 
 BackwardPlan PlanBackward(const ConvArgs& a) {
@@ -219,13 +235,14 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
   return p;
 }
 
-cudaError_t Forward(const ConvArgs& a, cudaStream_t stream) {
+cudaError_t Forward(const ConvArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
   if (a.x_dtype == DType::kF64) return cudaErrorNotSupported;  // (float64 is CPU-only)
-  const ForwardPlan p = PlanForward(a);
+  if (workspace == nullptr) workspace_bytes = 0;
+  const ForwardPlan p = PlanForward(a, workspace_bytes);
   const ConvArgs f = p.seq_fix ? AsRows(a) : a;  // (seq_fix: the family's dense forward first)
   cudaError_t err = cudaSuccess;
   switch (p.family) {
-    case ForwardPlan::kStream: err = ForwardStream(f, p, stream); break;
+    case ForwardPlan::kStream: err = ForwardStream(f, p, workspace, workspace_bytes, stream); break;
     case ForwardPlan::kMma: err = ForwardMma(f, p, stream); break;
     case ForwardPlan::kWide: err = ForwardWide(f, p, stream); break;
     case ForwardPlan::kMmaCl: err = ForwardMmaCl(f, p, stream); break;

@@ -54,7 +54,8 @@ void CudaFwd(JCC_DLPACK_FWD_PARAMS, uintptr_t stream) {
   ConvArgs a = ForwardArgs(kCuda, JCC_DLPACK_FWD_NAMES);
   GpuDType(a.x_dtype);
   CurrentDevice(x);
-  Check(cuda::Forward(a, Stream(stream)), "forward kernel launch");
+  // (no workspace: its seq_idx calls take the shared-ids kernels)
+  Check(cuda::Forward(a, nullptr, 0, Stream(stream)), "forward kernel launch");
 }
 
 size_t CudaBwdWorkspaceBytes(const Array& x, const Array& weight, const Opt& bias,

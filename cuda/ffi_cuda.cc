@@ -31,22 +31,28 @@ ffi::Error GpuDType(DType t) {
   return ffi::Error::Success();
 }
 
-ffi::Error CudaForward(cudaStream_t stream, JCC_FORWARD_PARAMS) {
+ffi::Error RunForward(cudaStream_t stream, const ConvArgs& a, void* workspace, int64_t workspace_bytes) {
+  JCC_RETURN_IF_ERROR(GpuDType(a.x_dtype));
+  return CudaStatus(cuda::Forward(a, workspace, workspace_bytes, stream), "forward kernel launch");
+}
+
+// The workspaces (ForwardWorkspaceBytes, BackwardWorkspaceBytes, checked by
+// CheckWorkspace) are extra results that XLA allocates, so nothing here
+// allocates memory.
+ffi::Error CudaForward(cudaStream_t stream, JCC_FORWARD_PARAMS, ffi::Result<ffi::AnyBuffer> workspace) {
   cuda_handler_calls.fetch_add(1, std::memory_order_relaxed);
   ConvArgs a;
   JCC_RETURN_IF_ERROR(MakeForwardArgs(&a, JCC_FORWARD_NAMES));
-  JCC_RETURN_IF_ERROR(GpuDType(a.x_dtype));
-  return CudaStatus(cuda::Forward(a, stream), "forward kernel launch");
+  JCC_RETURN_IF_ERROR(CheckWorkspace(ForwardWorkspaceBytes(a), workspace));
+  return RunForward(stream, a, workspace->untyped_data(), int64_t(workspace->size_bytes()));
 }
 
-// The workspace (BackwardWorkspaceBytes, checked by CheckWorkspace) is an
-// extra result that XLA allocates, so nothing here allocates memory.
 ffi::Error CudaBackward(cudaStream_t stream, JCC_BACKWARD_PARAMS,
                         ffi::Result<ffi::AnyBuffer> workspace) {
   cuda_handler_calls.fetch_add(1, std::memory_order_relaxed);
   ConvArgs a;
   JCC_RETURN_IF_ERROR(MakeBackwardArgs(&a, JCC_BACKWARD_NAMES));
-  JCC_RETURN_IF_ERROR(CheckWorkspace(a, workspace));
+  JCC_RETURN_IF_ERROR(CheckWorkspace(BackwardWorkspaceBytes(a), workspace));
   JCC_RETURN_IF_ERROR(GpuDType(a.x_dtype));
   return CudaStatus(cuda::Backward(a, workspace->untyped_data(), stream), "backward kernel launch");
 }
@@ -73,6 +79,13 @@ ffi::Error CudaVarlenStates(cudaStream_t stream, JCC_VARLEN_STATES_PARAMS) {
   return CudaStatus(cuda::VarlenStates(v, stream), "varlen_states kernel launch");
 }
 
+// (no workspace: the shared-ids kernels serve its seq_idx calls)
+ffi::Error CudaForwardV1(cudaStream_t stream, JCC_FORWARD_PARAMS) {
+  cuda_handler_calls.fetch_add(1, std::memory_order_relaxed);
+  ConvArgs a;
+  JCC_RETURN_IF_ERROR(MakeForwardArgs(&a, JCC_FORWARD_NAMES));
+  return RunForward(stream, a, nullptr, 0);
+}
 ffi::Error CudaUpdateV1(cudaStream_t stream, JCC_UPDATE_PARAMS_V1) {
   return CudaUpdate(stream, JCC_UPDATE_NAMES_V1, false);
 }
@@ -85,7 +98,8 @@ ffi::Error CudaVarlenStatesV1(cudaStream_t stream, JCC_VARLEN_STATES_PARAMS_V1) 
 // Every handler only launches kernels (and, for the update, a device copy)
 // on the given stream and allocates nothing: safe to capture into CUDA graphs.
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaForwardHandler, CudaForward,
-                              JCC_FORWARD_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              JCC_FORWARD_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>())
+                                  .Ret<ffi::AnyBuffer>(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaBackwardHandler, CudaBackward,
                               JCC_BACKWARD_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>())
@@ -98,6 +112,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaVarlenStatesHandler, CudaVarlenStates,
                               JCC_VARLEN_STATES_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaForwardV1Handler, CudaForwardV1,
+                              JCC_FORWARD_BINDING(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
+                              {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(CudaUpdateV1Handler, CudaUpdateV1,
                               JCC_UPDATE_BINDING_V1(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>()),
                               {ffi::Traits::kCmdBufferCompatible});

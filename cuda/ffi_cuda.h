@@ -13,6 +13,7 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaForwardHandler);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaBackwardHandler);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaUpdateHandler);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaVarlenStatesHandler);
-XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaUpdateV1Handler);        // legacy target versions
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaForwardV1Handler);       // legacy target versions
+XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaUpdateV1Handler);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(CudaVarlenStatesV1Handler);
 }  // namespace jcc

@@ -3,28 +3,27 @@
 // the residual) at once, plus the vector before the chunk when its halo
 // reaches there, gets the kW - 1 inputs before each vector from the lanes
 // behind by shuffles, and writes kVecs vectors of y. Every byte of x and y
-// moves once, fully coalesced. seq_idx: FwdStreamIdsKernel below
-// (stream_ids.cuh), compiled at each W <= 16.
+// moves once, fully coalesced. seq_idx (W <= 16): FwdStreamIdsKernel below
+// (stream_ids.cuh), or (dispatch.cu's SeqWordsForward) this kernel reading
+// mask words that seq_words.cuh's pre-pass makes once a row.
 #include "launchers.h"
+#include "seq_words.cuh"
 #include "stream.cuh"
 #include "stream_ids.cuh"
 
 namespace jcc::cuda {
 namespace {
 
-// kWalk (spans of more than one chunk, dispatch.cu's ForwardSpanChunks):
-// the warp walks chunks_per_span chunks, its setup paid once; the vector
-// before each later chunk is the last one of the chunk before.
-// (Blocks an SM asked of the compiler, walking: 6, where the 16-bit W 9..16
-// took 116-118 registers unbounded, 4 blocks, and fit 6 blocks' 80 with no
-// spill to W 14 (a few bytes at 15, 16) and measured faster; float32 W
-// 9..16 keeps 4, where 6 was level or slower: docs/performance-log.md,
-// twenty-second session.)
-template <typename T, int kW, bool kWalk>
+// kSeq (walking): seq_idx, each vector's tap word read from `sw`
+// (seq_words.cuh), the masked sum of stream_ids.cuh where a warp step's words
+// are not all set.
+template <typename T, int kW, bool kWalk, bool kSeq>
 __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 || sizeof(T) == 2 ? 6 : 4)
-    FwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span) {
+    FwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, SeqWords sw) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
+  using Word = typename IdMask<N, kH>::Word;
+  static_assert(kWalk || !kSeq, "the words forward walks (a span of one chunk is a walk of one)");
   constexpr bool kWords = UnpackByWords<StreamPass::kForward>(kW);
   constexpr int kQ = (kH + N - 1) / N;  // lanes back a halo reaches
   const StreamPlace pl = LocateStream(a, spans_per_row, kWalk ? chunks_per_span : 1);
@@ -65,6 +64,14 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 || sizeof
     if (head) bias = LoadStreamTaps<kW>(a, b, d, w);
     const bool silu = a.act == Activation::kSilu;
     T* yrow = static_cast<T*>(a.y) + row;
+    // kSeq: bit j of tap_plain: warp step j of the chunk has every tap word
+    // set (past the row: set); vector j's word at wv + 32 j
+    uint32_t tap_plain = ~0u;
+    const uint64_t wv = kSeq ? sw.ChunkVector(b, ci, V, lane) : 0;
+    if constexpr (kSeq) {
+      const int64_t st = ci * V + lane;
+      tap_plain = __ballot_sync(kFullMask, lane >= V || st >= sw.nsteps || (sw.plain[b * sw.nsteps + st] & 1));
+    }
 
 #pragma unroll
     for (int j = 0; j < V; ++j) {
@@ -75,8 +82,12 @@ __global__ void __launch_bounds__(kStreamThreads, !kWalk ? 0 : kW <= 8 || sizeof
       InputWindow<N, kH>(h, cur, win);
       if (p0 >= L) continue;
       float out[N];
+      if (kSeq && !((tap_plain >> j) & 1)) {
+        MaskedOutputs<N, kH>(w, win, static_cast<const Word*>(sw.tap)[wv + j * 32], bias, silu, out);
+      } else {
 #pragma unroll
-      for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, bias), silu);
+        for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, bias), silu);
+      }
       if (res) AddResidual<T, N, kWords>(rr[j], out);
       StoreVec<T, N>(yrow + p0, out);
     }
@@ -190,12 +201,7 @@ __global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 || FwdId
 #pragma unroll
         for (int n = 0; n < N; ++n) out[n] = Activate(TapSum(w, win, n, bias), silu);
       } else {
-        const auto& mj = m.tap[j];
-#pragma unroll
-        for (int n = 0; n < N; ++n) {  // (padding: 0, a select: no branch per output)
-          const float v = Activate(MaskedTapSum<N, kH>(w, win, n, mj, bias), silu);
-          out[n] = Bit(mj, N * kH + n) ? v : 0.f;
-        }
+        MaskedOutputs<N, kH>(w, win, m.tap[j], bias, silu, out);
       }
       if (res) AddResidual<T, N, kWords>(rr[j], out);
       StoreVec<T, N>(yrow + p0, out);
@@ -207,8 +213,20 @@ template <typename T, int kW>
 cudaError_t LaunchStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
   const int64_t spans = p.spans_per_row;
   const int chunks = int(p.chunks_per_span);
-  (chunks > 1 ? FwdStreamKernel<T, kW, true> : FwdStreamKernel<T, kW, false>)
-      <<<unsigned(StreamBlocks(a, spans)), kStreamThreads, 0, stream>>>(a, spans, chunks);
+  (chunks > 1 ? FwdStreamKernel<T, kW, true, false> : FwdStreamKernel<T, kW, false, false>)
+      <<<unsigned(StreamBlocks(a, spans)), kStreamThreads, 0, stream>>>(a, spans, chunks, SeqWords{});
+  return cudaGetLastError();
+}
+
+// seq_idx with the words made first (p.seq_words), in the workspace
+template <typename T, int kW>
+cudaError_t LaunchStreamWords(const ConvArgs& a, const ForwardPlan& p, void* ws, int64_t ws_bytes,
+                              cudaStream_t stream) {
+  SeqWords sw;
+  const cudaError_t err = MakeSeqWords<T, kW, false>(a, ws, ws_bytes, stream, &sw);
+  if (err != cudaSuccess) return err;
+  FwdStreamKernel<T, kW, true, true><<<unsigned(StreamBlocks(a, p.spans_per_row)), kStreamThreads, 0, stream>>>(
+      a, p.spans_per_row, int(p.chunks_per_span), sw);
   return cudaGetLastError();
 }
 
@@ -221,10 +239,12 @@ cudaError_t LaunchStreamIds(const ConvArgs& a, const ForwardPlan& p, cudaStream_
 }
 
 template <typename T>
-cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+cudaError_t LaunchT(const ConvArgs& a, const ForwardPlan& p, void* ws, int64_t ws_bytes, cudaStream_t stream) {
   return WithExactWidth16(int(a.width), [&](auto w) {
     constexpr int kW = decltype(w)::value;
-    return a.mode == SegmentMode::kSeqIdx ? LaunchStreamIds<T, kW>(a, p, stream) : LaunchStream<T, kW>(a, p, stream);
+    if (a.mode != SegmentMode::kSeqIdx) return LaunchStream<T, kW>(a, p, stream);
+    if (p.seq_words) return LaunchStreamWords<T, kW>(a, p, ws, ws_bytes, stream);
+    return LaunchStreamIds<T, kW>(a, p, stream);
   });
 }
 
@@ -239,9 +259,10 @@ int64_t StreamSpans(const ConvArgs& a, int64_t max_chunks_per_span, int64_t* chu
   return StreamBlocks(a, spans) <= INT32_MAX ? spans : 0;
 }
 
-cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream) {
+cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, void* ws, int64_t ws_bytes,
+                          cudaStream_t stream) {
   return WithFloatType(a.x_dtype, cudaErrorNotSupported,
-                       [&](auto t) { return LaunchT<decltype(t)>(a, p, stream); });
+                       [&](auto t) { return LaunchT<decltype(t)>(a, p, ws, ws_bytes, stream); });
 }
 
 }  // namespace jcc::cuda

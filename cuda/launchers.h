@@ -47,8 +47,11 @@ namespace jcc::cuda {
 
 // --- public ---------------------------------------------------------------------
 
-// y (and final_states) from x. float32/float16/bfloat16 x only.
-cudaError_t Forward(const ConvArgs& a, cudaStream_t stream);
+// y (and final_states) from x. float32/float16/bfloat16 x only. The
+// channels-first seq_idx forward may use `workspace` (workspace_bytes of
+// device memory, at least ForwardWorkspaceBytes from problem.h, contents
+// ignored; nullptr / 0: none, and it takes a kernel that needs none).
+cudaError_t Forward(const ConvArgs& a, void* workspace, int64_t workspace_bytes, cudaStream_t stream);
 
 // dx, dweight, dbias, dinitial_states. dweight/dbias are reduced in a fixed
 // order through `workspace` (BackwardWorkspaceBytes(batch, dim, len, width)
@@ -71,6 +74,10 @@ struct ForwardPlan {
   int64_t chunks_per_span = 1;  // kStream: warp chunks a warp walks (1: seq_idx)
   // seq_idx run as the family's dense forward, then FixSeqIdxForward
   bool seq_fix = false;
+  // kStream seq_idx: the dense streaming kernel reading each row's mask
+  // words from the workspace, made there by a pre-pass (dispatch.cu's
+  // SeqWordsForward), instead of the shared-ids kernel
+  bool seq_words = false;
 };
 
 struct BackwardPlan {
@@ -87,7 +94,7 @@ struct BackwardPlan {
   bool seq_words = false;
 };
 
-ForwardPlan PlanForward(const ConvArgs& a);
+ForwardPlan PlanForward(const ConvArgs& a, int64_t workspace_bytes);
 BackwardPlan PlanBackward(const ConvArgs& a);
 
 // The backward's partial dweight / dbias sums, in floats: the start of its
@@ -104,7 +111,9 @@ inline int EnvDigit(const char* name, const char* allowed) {
 }
 
 // Family launchers, given a plan of their family.
-cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
+// (ws: the forward's workspace, for p.seq_words)
+cudaError_t ForwardStream(const ConvArgs& a, const ForwardPlan& p, void* ws, int64_t ws_bytes,
+                          cudaStream_t stream);
 cudaError_t ForwardMma(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardMmaCl(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);
 cudaError_t ForwardWide(const ConvArgs& a, const ForwardPlan& p, cudaStream_t stream);

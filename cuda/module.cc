@@ -14,7 +14,8 @@ NB_MODULE(_jcc_cuda, m) {
   m.def("registrations", []() {
     return jcc::Registrations(jcc::Handlers<XLA_FFI_Handler>{
         jcc::CudaForwardHandler, jcc::CudaBackwardHandler, jcc::CudaUpdateHandler,
-        jcc::CudaVarlenStatesHandler, jcc::CudaUpdateV1Handler, jcc::CudaVarlenStatesV1Handler});
+        jcc::CudaVarlenStatesHandler, jcc::CudaForwardV1Handler, jcc::CudaUpdateV1Handler,
+        jcc::CudaVarlenStatesV1Handler});
   });
   m.def("handler_calls", []() { return jcc::cuda_handler_calls.load(); },
         "How many times XLA has executed the CUDA handlers (not counting command-buffer replays).");

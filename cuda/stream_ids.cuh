@@ -428,22 +428,17 @@ __device__ __forceinline__ float MaskedTapSum(const float (&w)[kH + 1], const fl
   return acc;
 }
 
-// A seq_idx problem's mask words, made once a row (backward_stream.cu's
-// SeqWordsKernel) for kernels that read them instead of making them: per
-// row b and vector v (steps v N ..), tap[b nvec + v] and dx[b nvec + v] of
-// IdMask<N, kH>::Word; per warp step s (32 vectors), plain[b nsteps + s]:
-// bit 0 when its tap words are all set, bit 1 its dx words.
-struct SeqWords {
-  void* tap = nullptr;
-  void* dx = nullptr;
-  uint8_t* plain = nullptr;
-  int64_t nvec = 0, nsteps = 0;
-  // v of lane `lane`'s vector 0 in chunk ci (V vectors a lane) of row b, as
-  // b nvec + v: its vector j's is 32 j on
-  __device__ __forceinline__ uint64_t ChunkVector(int64_t b, int64_t ci, int V, int lane) const {
-    return uint64_t(b * nvec) + uint64_t(ci) * (V * 32) + lane;
+// The activated outputs of a vector whose tap word mj is not All() over the
+// window win (padding outputs: 0, a select: no branch per output).
+template <int N, int kH, typename Word, int M>
+__device__ __forceinline__ void MaskedOutputs(const float (&w)[kH + 1], const float (&win)[M], const Word& mj,
+                                              float bias, bool silu, float (&out)[N]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    const float v = Activate(MaskedTapSum<N, kH>(w, win, n, mj, bias), silu);
+    out[n] = Bit(mj, N * kH + n) ? v : 0.f;
   }
-};
+}
 
 // g of a vector whose tap word mj is not All() (padding outputs: 0) over
 // the window win (win[n + k]: the input its tap k reads) and dy, and, where

@@ -360,8 +360,9 @@ for dt, (B, D, L), W, cl, mode in ((jnp.bfloat16, (2, 64, 700), 1, True, "seqpad
     case(("conv", dt.__name__, B, D, L, W, cl, mode))(
         lambda c=(dt, B, D, L, W, cl, mode): conv_case(*c))
 
-# 114..121: the channels-first seq_idx backward reading mask words made
-# once a row (forced, JCC_SEQ_WORDS=1): one chunk a span, padding, 8 x 4096
+# 114..121: the channels-first seq_idx forward and backward reading mask
+# words made once a row (forced, JCC_SEQ_WORDS_FWD=1 and JCC_SEQ_WORDS=1;
+# the forward's since the fortieth session): one chunk a span, padding, 8 x 4096
 # rows whose warps walk spans of 2 chunks; float16 W 7 with 4 blocks an SM
 # asked (thirty-sixth session); W 16 / 12 (thirty-seventh: bf16 W 16's
 # words are MaskWords<4>, float32 W 12's 64-bit); bf16 W 10 (MaskWords<3>,
@@ -375,7 +376,7 @@ for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 20, 2056), 4, "seq"),
                                (jnp.bfloat16, (2, 20, 2056), 10, "seqpad"),
                                (jnp.float32, (2, 20, 2056), 4, "seqpad")):
     case(("conv", dt.__name__, B, D, L, W, False, mode, "seq_words"))(
-        lambda c=(dt, B, D, L, W, False, mode): env_case({"JCC_SEQ_WORDS": "1"}, c))
+        lambda c=(dt, B, D, L, W, False, mode): env_case({"JCC_SEQ_WORDS": "1", "JCC_SEQ_WORDS_FWD": "1"}, c))
 
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:

@@ -110,8 +110,28 @@ def test_backends_agree_and_auto_uses_the_kernel():
     close(ys[0], ys[1], jnp.float32)
     close(ys[0], ys[2], jnp.float32)
     hlo = jax.jit(lambda x, w: jcc.causal_conv1d(x, w)).lower(x, w).as_text()
-    assert "custom_call @jax_causal_conv_fwd_v1" in hlo
+    assert "custom_call @jax_causal_conv_fwd_v2" in hlo
     assert "convolution" not in hlo
+
+
+def test_forward_v1_target_computes_what_the_current_one_does():
+    # jax_causal_conv_fwd_v1 (no workspace result) stays registered for
+    # programs exported before v2; on a GPU it takes the shared-ids seq_idx
+    # kernels where v2 may read mask words from its workspace.
+    rng = np.random.default_rng(11)
+    B, D, L, W = 2, 16, 2048, 4
+    x, w, b, h = rand(rng, (B, D, L)), rand(rng, (D, W)), rand(rng, (D,)), rand(rng, (B, D, W - 1))
+    s = seq_idx(rng, B, L).at[1, -100:].set(-1)  # a padded tail
+    y = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s, initial_states=h, backend="ffi")
+    ph = jnp.zeros((0,), jnp.float32)
+    v1 = jax.ffi.ffi_call("jax_causal_conv_fwd_v1", (jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                                      jax.ShapeDtypeStruct((0,), x.dtype)))
+    y1, _ = v1(x, w[None], b[None], ph, s, jnp.zeros((0,), jnp.int32), h, activation=np.int64(1),
+               mode=np.int64(1), channels_last=np.bool_(False), states_channels_last=np.bool_(False),
+               has_bias=np.bool_(True), has_residual=np.bool_(False), has_initial_states=np.bool_(True),
+               has_final_states=np.bool_(False))
+    close(y1, y, jnp.float32)
+    close(y, reference.causal_conv1d(x, w, b, activation="silu", seq_idx=s, initial_states=h), jnp.float32)
 
 
 def test_empty_dimensions_give_empty_results():

@@ -185,10 +185,19 @@ FFI_CHILD = textwrap.dedent("""
              states_channels_last=np.bool_(False), has_bias=np.bool_(False),
              has_residual=np.bool_(False), has_initial_states=np.bool_(False),
              has_final_states=np.bool_(False))
-    def fwd(x, w, y_shape=None, seq=phi, cu=phi, init=ph, fin=(0,), **kw):
-        out = (jax.ShapeDtypeStruct(y_shape or x.shape, x.dtype), jax.ShapeDtypeStruct(fin, x.dtype))
-        return jax.ffi.ffi_call(_ffi.FORWARD, out)(x, w, ph, ph, seq, cu, init, **dict(A, **kw))
+    def fwd(x, w, y_shape=None, seq=phi, cu=phi, init=ph, fin=(0,), ws=None, ws_dtype=jnp.uint8, **kw):
+        a = dict(A, **kw)
+        need = _ffi.forward_workspace_bytes(x.shape[0], x.shape[-1], w.shape[-1], int(a["mode"]),
+                                            bool(a["channels_last"]))
+        out = (jax.ShapeDtypeStruct(y_shape or x.shape, x.dtype), jax.ShapeDtypeStruct(fin, x.dtype),
+               jax.ShapeDtypeStruct((need if ws is None else ws,), ws_dtype))
+        return jax.ffi.ffi_call(_ffi.FORWARD, out)(x, w, ph, ph, seq, cu, init, **a)
     x, w = jnp.ones((2, 4, 10)), jnp.ones((1, 4, 4))
+    seq = jnp.zeros((2, 10), i32)
+    need_fwd = _ffi.forward_workspace_bytes(2, 10, 4, 1, False)
+    assert need_fwd > 0, need_fwd
+    jax.block_until_ready(fwd(x, w, seq=seq, mode=np.int64(1)))  # well-formed: accepted
+    jax.block_until_ready(fwd(x, w))
     def bwd(dy_shape=(2, 4, 10), ws=None, ws_dtype=jnp.uint8):
         need = _ffi.backward_workspace_bytes(2, 4, 10, 4)
         out = (jax.ShapeDtypeStruct(x.shape, f32), jax.ShapeDtypeStruct(w.shape, f32),
@@ -202,6 +211,8 @@ FFI_CHILD = textwrap.dedent("""
       "bwd-dy-shape": lambda: bwd(dy_shape=(2, 4, 9)),
       "bwd-workspace-small": lambda: bwd(ws=_ffi.backward_workspace_bytes(2, 4, 10, 4) - 1),
       "bwd-workspace-dtype": lambda: bwd(ws_dtype=f32),
+      "fwd-workspace-small": lambda: fwd(x, w, seq=seq, mode=np.int64(1), ws=need_fwd - 1),
+      "fwd-workspace-dtype": lambda: fwd(x, w, seq=seq, mode=np.int64(1), ws_dtype=f32),
       "weight-dim": lambda: fwd(x, jnp.ones((1, 5, 4))),
       "weight-rank": lambda: fwd(x, jnp.ones((4, 4))),
       "width-0": lambda: fwd(x, jnp.ones((1, 4, 0))),
@@ -253,4 +264,4 @@ def test_malformed_ffi_calls_return_errors_not_crashes(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "ACCEPTED" not in r.stdout, r.stdout
-    assert r.stdout.count("REJECTED") == 22, r.stdout
+    assert r.stdout.count("REJECTED") == 24, r.stdout

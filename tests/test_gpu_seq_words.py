@@ -1,14 +1,16 @@
-"""The channels-first seq_idx backward as the dense streaming kernel reading
-each row's mask words, made once by a pre-pass (cuda/backward_stream.cu's
-SeqWordsKernel and BwdStreamKernel<.., kSeq>; forced at W 1..16 with
-JCC_SEQ_WORDS=1, and as dispatch.cu's SeqWordsBackward takes it for long
-rows by default), against the CPU kernels: packed rows with one-step segments across
-the chunk edges, padding in the middle and a padded tail, an id that
-returns (test_gpu_seq_idx_stream.py's ids), initial and final states (the
-row's first sequence owns the initial ones), a residual, no activation,
-vmapped weights, rows long enough that a warp walks two chunks (the g
-after a chunk handed over across an id change), and rows that begin with
-padding or a one-step sequence (the pre-pass's id before a row)."""
+"""The channels-first seq_idx forward and backward as the dense streaming
+kernels reading each row's mask words, made once by a pre-pass
+(cuda/seq_words.cuh's SeqWordsKernel, FwdStreamKernel<.., kSeq> and
+BwdStreamKernel<.., kSeq>; forced at W 1..16 with JCC_SEQ_WORDS_FWD=1 and
+JCC_SEQ_WORDS=1, and as dispatch.cu's SeqWordsForward / SeqWordsBackward
+take them for long rows by default), against the CPU kernels: packed rows
+with one-step segments across the chunk edges, padding in the middle and a
+padded tail, an id that returns (test_gpu_seq_idx_stream.py's ids), initial
+and final states (the row's first sequence owns the initial ones), a
+residual, no activation, vmapped weights, rows long enough that a warp
+walks two chunks (the g after a chunk handed over across an id change; the
+forward's vector before a chunk), and rows that begin with padding or a
+one-step sequence (the pre-pass's id before a row)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,10 +26,18 @@ pytestmark = MARKS
 SHAPES = [(2, 20, 2056), (1, 33, 1104), (3, 16, 520)]
 
 
+def force_words(monkeypatch, fwd="1", bwd="1"):
+    for var, v in (("JCC_SEQ_WORDS_FWD", fwd), ("JCC_SEQ_WORDS", bwd)):
+        if v is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, v)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("W", [*range(1, 9), 9, 12, 16])
-def test_seq_words_backward(monkeypatch, dtype, W):
-    monkeypatch.setenv("JCC_SEQ_WORDS", "1")
+def test_seq_words(monkeypatch, dtype, W):
+    force_words(monkeypatch)
     rng = np.random.default_rng(100 + W)
     for (B, D, L) in SHAPES:
         x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
@@ -64,7 +74,7 @@ def row_start_ids(L):
 
 @pytest.mark.parametrize("dtype,W", [("bfloat16", 4), ("bfloat16", 12), ("float32", 4), ("float32", 12)])
 def test_seq_words_row_starts(monkeypatch, dtype, W):
-    monkeypatch.setenv("JCC_SEQ_WORDS", "1")
+    force_words(monkeypatch)
     rng = np.random.default_rng(200 + W)
     B, D, L = 5, 24, 2056
     x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
@@ -83,8 +93,9 @@ def test_seq_words_row_starts(monkeypatch, dtype, W):
 def test_seq_words_spans(monkeypatch, dtype, W):
     # 8 x 4096 rows of 2 or 3 chunks: the plan gives a warp spans of 2
     # chunks (cuda/forward_stream.cu's StreamSpans), so an id change or the
-    # padding can fall on the chunk a warp hands its g over from
-    monkeypatch.setenv("JCC_SEQ_WORDS", "1")
+    # padding can fall on the chunk a warp hands its g over from (the
+    # backward) or takes its vector before the chunk from (the forward)
+    force_words(monkeypatch)
     rng = np.random.default_rng(W)
     B, D, L = 8, 4096, 2056 if dtype == "bfloat16" else 1032
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
@@ -102,8 +113,8 @@ def test_seq_words_spans(monkeypatch, dtype, W):
 @pytest.mark.parametrize("dtype,shape,W", [("bfloat16", (2, 8192, 4096), 6), ("float32", (1, 16384, 4096), 8)])
 def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     # 2^26 elements in rows of 4096 steps: the plan's own choice (no
-    # JCC_SEQ_WORDS) takes the words here
-    monkeypatch.delenv("JCC_SEQ_WORDS", raising=False)
+    # JCC_SEQ_WORDS) takes the backward's words here; the forward's forced
+    force_words(monkeypatch, "1", None)
     rng = np.random.default_rng(7 + W)
     B, D, L = shape
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
@@ -112,12 +123,39 @@ def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     check(grads(f, (0, 1, 2)), (x, w, b), dtype, f"seq words default {shape} W={W}")
 
 
-# The plan's choice itself, read from the kernels a backward launches (the
-# JAX profiler's trace, as benchmarks/probes/kernel_list_probe.py): the
-# words where dispatch.cu's SeqWordsBackward takes them, the shared-ids
-# kernel elsewhere and when JCC_SEQ_WORDS=0 forces it.
-@pytest.mark.skipif(DRY_RUN, reason="kernel names need a GPU trace")
-@pytest.mark.parametrize("env,shape,dtype,W,words", [
+def test_forward_v1_target_takes_the_shared_ids(monkeypatch):
+    # jax_causal_conv_fwd_v1 has no workspace: its seq_idx calls take the
+    # shared-ids kernel, and compute what v2 reading the words does
+    force_words(monkeypatch)
+    rng = np.random.default_rng(3)
+    for dtype, W in (("bfloat16", 4), ("float32", 12)):
+        B, D, L = 2, 24, 2056
+        x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+        sidx = packed_ids(rng, B, L)
+        x, w, b, init, sidx = jax.device_put((x, w, b, init, sidx), GPU)
+        y = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=init, backend="ffi")
+        ph = jnp.zeros((0,), x.dtype)
+        v1 = jax.ffi.ffi_call("jax_causal_conv_fwd_v1", (jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                                          jax.ShapeDtypeStruct((0,), x.dtype)))
+        y1, _ = jax.jit(lambda *a: v1(*a, activation=np.int64(1), mode=np.int64(1),
+                                      channels_last=np.bool_(False), states_channels_last=np.bool_(False),
+                                      has_bias=np.bool_(True), has_residual=np.bool_(False),
+                                      has_initial_states=np.bool_(True), has_final_states=np.bool_(False)))(
+            x, w[None], b[None], ph, sidx, jnp.zeros((0,), jnp.int32), init)
+        tol = 1e-5 if dtype == "float32" else 1e-2
+        np.testing.assert_allclose(np.asarray(y1, np.float32), np.asarray(y, np.float32), rtol=tol, atol=tol)
+
+
+# The plan's choice itself, read from the kernels a forward or a backward
+# launches (the JAX profiler's trace, as
+# benchmarks/probes/kernel_list_probe.py): the words where dispatch.cu's
+# SeqWordsForward / SeqWordsBackward take them, the shared-ids kernel
+# elsewhere and when JCC_SEQ_WORDS_FWD=0 / JCC_SEQ_WORDS=0 forces it. (The
+# backward's cases force the forward's words off, so that the pre-pass seen
+# is the backward's. The forward's words are taken only when forced until
+# they are measured: FWD_DEFAULT.)
+FWD_DEFAULT = False
+PLAN_CASES = [
     (None, (2, 8192, 4096), "bfloat16", 6, True),    # long rows, 2^26 elements
     ("0", (2, 8192, 4096), "bfloat16", 6, False),    # forced off
     (None, (4, 8192, 2048), "bfloat16", 6, False),   # 2^26 elements in rows shorter than 4096 steps
@@ -126,25 +164,37 @@ def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     (None, (4, 8192, 2048), "float32", 8, False),    # float32 rows shorter than 4096 steps
     (None, (2, 8192, 4096), "bfloat16", 12, True),   # W 9..16 as W 2..8
     (None, (1, 16384, 4096), "float32", 12, True),
-])
-def test_seq_words_plan(monkeypatch, env, shape, dtype, W, words):
+]
+
+
+@pytest.mark.skipif(DRY_RUN, reason="kernel names need a GPU trace")
+@pytest.mark.parametrize("env,shape,dtype,W,words", PLAN_CASES)
+@pytest.mark.parametrize("pass_", ["fwd", "bwd"])
+def test_seq_words_plan(monkeypatch, pass_, env, shape, dtype, W, words):
     from benchmarks.timing import device_events
-    if env is None:
-        monkeypatch.delenv("JCC_SEQ_WORDS", raising=False)
+    if pass_ == "fwd":
+        force_words(monkeypatch, env, None)
     else:
-        monkeypatch.setenv("JCC_SEQ_WORDS", env)
+        force_words(monkeypatch, "0", env)
     rng = np.random.default_rng(W)
     B, D, L = shape
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
     sidx = packed_ids(rng, B, L)
     x, w, b, sidx = jax.device_put((x, w, b, sidx), GPU)
+    conv = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,  # noqa: E731
+                                             backend="ffi")
 
     def step(x, w, b):  # (a new function each call: no program reused across settings)
-        y, vjp = jax.vjp(lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx,
-                                                           backend="ffi"), x, w, b)
+        if pass_ == "fwd":
+            return conv(x, w, b)
+        y, vjp = jax.vjp(conv, x, w, b)
         return y, vjp(jnp.ones_like(y))
 
+    if pass_ == "fwd" and env is None:
+        words = words and FWD_DEFAULT
     names = {name for name, _, _ in device_events(jax.jit(step), x, w, b, n=1)}
-    assert any("BwdStreamIdsKernel" in n or "BwdStreamKernel" in n for n in names), sorted(names)
+    ids, dense = ("FwdStreamIdsKernel", "FwdStreamKernel") if pass_ == "fwd" else \
+        ("BwdStreamIdsKernel", "BwdStreamKernel")
+    assert any(ids in n or dense in n for n in names), sorted(names)
     assert any("SeqWordsKernel" in n for n in names) == words, sorted(names)
-    assert any("BwdStreamIdsKernel" in n for n in names) == (not words), sorted(names)
+    assert any(ids in n for n in names) == (not words), sorted(names)

@@ -23,12 +23,21 @@ def _conv_attrs(cfg):
                 states_channels_last=np.bool_(cfg.states_channels_last))
 
 
+def _batch_len_dim(cfg, x):
+    return x.shape if cfg.channels_last else (x.shape[0], x.shape[2], x.shape[1])
+
+
 def forward(cfg, x, w, b, res, seq_idx, cu, init):
+    B, L, _ = _batch_len_dim(cfg, x)
     fin_shape = state_shape(cfg, x, w, cu) if cfg.want_final else (0,)
+    # Scratch for the CUDA kernels' mask words (channels-first seq_idx; empty
+    # otherwise), allocated by XLA as the backward's is.
+    ws = jax.ShapeDtypeStruct(
+        (targets.forward_workspace_bytes(B, L, w.shape[-1], int(cfg.mode), cfg.channels_last),), jnp.uint8)
     call = jax.ffi.ffi_call(targets.FORWARD, (jax.ShapeDtypeStruct(x.shape, x.dtype),
-                                              jax.ShapeDtypeStruct(fin_shape, x.dtype)))
+                                              jax.ShapeDtypeStruct(fin_shape, x.dtype), ws))
     ph, ph_i = _placeholder(x.dtype), _placeholder(jnp.int32)
-    y, fin = call(x, w, ph if b is None else b, ph if res is None else res,
+    y, fin, _ = call(x, w, ph if b is None else b, ph if res is None else res,
                   ph_i if seq_idx is None else seq_idx, ph_i if cu is None else cu,
                   ph if init is None else init, **_conv_attrs(cfg),
                   has_bias=np.bool_(b is not None), has_residual=np.bool_(res is not None),
@@ -38,7 +47,7 @@ def forward(cfg, x, w, b, res, seq_idx, cu, init):
 
 
 def backward(cfg, x, w, b, seq_idx, cu, init, dy, dfin):
-    B, L, D = x.shape if cfg.channels_last else (x.shape[0], x.shape[2], x.shape[1])
+    B, L, D = _batch_len_dim(cfg, x)
     # Scratch for the CUDA kernel's partial sums, allocated by XLA (the CPU
     # kernel ignores it): the kernels themselves allocate nothing.
     ws = jax.ShapeDtypeStruct((targets.backward_workspace_bytes(B, D, L, w.shape[-1]),), jnp.uint8)

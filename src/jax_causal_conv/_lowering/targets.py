@@ -60,6 +60,12 @@ def backward_workspace_bytes(batch, dim, length, width):
     return _jcc_cpu.backward_workspace_bytes(batch, dim, length, width)
 
 
+def forward_workspace_bytes(batch, length, width, mode, channels_last):
+    """Bytes of the forward target's workspace result (scratch for the
+    channels-first seq_idx kernels' mask words; 0 for every other call)."""
+    return _jcc_cpu.forward_workspace_bytes(batch, length, width, mode, channels_last)
+
+
 def disabled_safety_checks():
     """The ``jax.export.DisabledSafetyCheck`` list an exported function that
     calls these kernels needs: ``jax.export.export(jax.jit(f),
