@@ -94,11 +94,14 @@ bool SeqWordsBackward(const ConvArgs& a) {
 
 // The forward's, where the caller gave the workspace for the words
 // (ForwardWorkspaceBytes; the DLPack entry point and the v1 FFI target give
-// none): only when JCC_SEQ_WORDS_FWD=1 asks for it (not yet measured on a
-// GPU); =0 keeps the shared ids.
+// none): the same rows, 16-bit x at W >= 6, where it measured 2-15% faster
+// (W 6..16); level at W 3..5, 1.5% faster at W 2, and 1-7% slower for
+// float32 at W 8..16 (docs/performance-log.md, fortieth session).
+// JCC_SEQ_WORDS_FWD=0 / 1 forces it as JCC_SEQ_WORDS does.
 bool SeqWordsForward(const ConvArgs& a, int64_t workspace_bytes) {
   if (!SharedIds(a) || workspace_bytes < SeqWordsBytes(a.batch, a.len)) return false;
-  return EnvDigit("JCC_SEQ_WORDS_FWD", "01") == 1;
+  if (const int forced = EnvDigit("JCC_SEQ_WORDS_FWD", "01"); forced >= 0) return forced == 1;
+  return DTypeBytes(a.x_dtype) == 2 && a.width >= 6 && SeqWordsRows(a);
 }
 
 // The most chunks a warp of the streaming families walks (a span; the

@@ -113,8 +113,8 @@ def test_seq_words_spans(monkeypatch, dtype, W):
 @pytest.mark.parametrize("dtype,shape,W", [("bfloat16", (2, 8192, 4096), 6), ("float32", (1, 16384, 4096), 8)])
 def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     # 2^26 elements in rows of 4096 steps: the plan's own choice (no
-    # JCC_SEQ_WORDS) takes the backward's words here; the forward's forced
-    force_words(monkeypatch, "1", None)
+    # JCC_SEQ_WORDS*) takes the words here (the forward's: 16-bit only)
+    force_words(monkeypatch, None, None)
     rng = np.random.default_rng(7 + W)
     B, D, L = shape
     x, w, b, _ = inputs(rng, B, D, L, W, dtype, False)
@@ -152,25 +152,26 @@ def test_forward_v1_target_takes_the_shared_ids(monkeypatch):
 # SeqWordsForward / SeqWordsBackward take them, the shared-ids kernel
 # elsewhere and when JCC_SEQ_WORDS_FWD=0 / JCC_SEQ_WORDS=0 forces it. (The
 # backward's cases force the forward's words off, so that the pre-pass seen
-# is the backward's. The forward's words are taken only when forced until
-# they are measured: FWD_DEFAULT.)
-FWD_DEFAULT = False
+# is the backward's.) The last two columns: the backward's words, the
+# forward's (16-bit x at W >= 6 only).
 PLAN_CASES = [
-    (None, (2, 8192, 4096), "bfloat16", 6, True),    # long rows, 2^26 elements
-    ("0", (2, 8192, 4096), "bfloat16", 6, False),    # forced off
-    (None, (4, 8192, 2048), "bfloat16", 6, False),   # 2^26 elements in rows shorter than 4096 steps
-    (None, (1, 8192, 4096), "bfloat16", 6, False),   # 2^25 elements
-    (None, (1, 16384, 4096), "float32", 4, True),    # every dtype
-    (None, (4, 8192, 2048), "float32", 8, False),    # float32 rows shorter than 4096 steps
-    (None, (2, 8192, 4096), "bfloat16", 12, True),   # W 9..16 as W 2..8
-    (None, (1, 16384, 4096), "float32", 12, True),
+    (None, (2, 8192, 4096), "bfloat16", 6, True, True),     # long rows, 2^26 elements
+    ("0", (2, 8192, 4096), "bfloat16", 6, False, False),    # forced off
+    ("1", (2, 8192, 2048), "bfloat16", 4, True, True),      # forced on
+    (None, (4, 8192, 2048), "bfloat16", 6, False, False),   # 2^26 elements in rows shorter than 4096 steps
+    (None, (1, 8192, 4096), "bfloat16", 6, False, False),   # 2^25 elements
+    (None, (2, 8192, 4096), "bfloat16", 4, True, False),    # the forward's from W 6
+    (None, (1, 16384, 4096), "float32", 4, True, False),    # the backward's at every dtype
+    (None, (4, 8192, 2048), "float32", 8, False, False),    # float32 rows shorter than 4096 steps
+    (None, (2, 8192, 4096), "bfloat16", 12, True, True),    # W 9..16 as W 2..8
+    (None, (1, 16384, 4096), "float32", 12, True, False),
 ]
 
 
 @pytest.mark.skipif(DRY_RUN, reason="kernel names need a GPU trace")
-@pytest.mark.parametrize("env,shape,dtype,W,words", PLAN_CASES)
+@pytest.mark.parametrize("env,shape,dtype,W,bwd_words,fwd_words", PLAN_CASES)
 @pytest.mark.parametrize("pass_", ["fwd", "bwd"])
-def test_seq_words_plan(monkeypatch, pass_, env, shape, dtype, W, words):
+def test_seq_words_plan(monkeypatch, pass_, env, shape, dtype, W, bwd_words, fwd_words):
     from benchmarks.timing import device_events
     if pass_ == "fwd":
         force_words(monkeypatch, env, None)
@@ -190,8 +191,7 @@ def test_seq_words_plan(monkeypatch, pass_, env, shape, dtype, W, words):
         y, vjp = jax.vjp(conv, x, w, b)
         return y, vjp(jnp.ones_like(y))
 
-    if pass_ == "fwd" and env is None:
-        words = words and FWD_DEFAULT
+    words = fwd_words if pass_ == "fwd" else bwd_words
     names = {name for name, _, _ in device_events(jax.jit(step), x, w, b, n=1)}
     ids, dense = ("FwdStreamIdsKernel", "FwdStreamKernel") if pass_ == "fwd" else \
         ("BwdStreamIdsKernel", "BwdStreamKernel")
