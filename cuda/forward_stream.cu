@@ -14,6 +14,14 @@
 namespace jcc::cuda {
 namespace {
 
+// kWalk (spans of more than one chunk, dispatch.cu's ForwardSpanChunks):
+// the warp walks chunks_per_span chunks, its setup paid once; the vector
+// before each later chunk is the last one of the chunk before.
+// (Blocks an SM asked of the compiler, walking: 6, where the 16-bit W 9..16
+// took 116-118 registers unbounded, 4 blocks, and fit 6 blocks' 80 with no
+// spill to W 14 (a few bytes at 15, 16) and measured faster; float32 W
+// 9..16 keeps 4, where 6 was level or slower: docs/performance-log.md,
+// twenty-second session.)
 // kSeq (walking): seq_idx, each vector's tap word read from `sw`
 // (seq_words.cuh), the masked sum of stream_ids.cuh where a warp step's words
 // are not all set.
