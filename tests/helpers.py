@@ -37,6 +37,21 @@ def package_env(**extra):
                 **extra)
 
 
+def forward_v1(x, w, b, seq_idx, init):
+    """The legacy forward target jax_causal_conv_fwd_v1 (no workspace
+    result; kept for exported programs), called directly: channels-first x,
+    weight (D, W), bias (D,), seq_idx and initial states, SiLU."""
+    ph = jnp.zeros((0,), x.dtype)
+    call = jax.ffi.ffi_call("jax_causal_conv_fwd_v1", (jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                                        jax.ShapeDtypeStruct((0,), x.dtype)))
+    y, _ = jax.jit(lambda *a: call(
+        *a, activation=np.int64(1), mode=np.int64(1), channels_last=np.bool_(False),
+        states_channels_last=np.bool_(False), has_bias=np.bool_(True), has_residual=np.bool_(False),
+        has_initial_states=np.bool_(True), has_final_states=np.bool_(False)))(
+        x, w[None], b[None], ph, seq_idx, jnp.zeros((0,), jnp.int32), init)
+    return y
+
+
 DTYPES = {"float32": jnp.float32, "float16": jnp.float16, "bfloat16": jnp.bfloat16,
           "float64": jnp.float64}
 

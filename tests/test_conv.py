@@ -14,7 +14,7 @@ import jax_causal_conv as jcc
 from jax_causal_conv import reference
 
 import oracle
-from helpers import DTYPES, close, rand, seq_idx, to_np
+from helpers import DTYPES, close, forward_v1, rand, seq_idx, to_np
 
 WIDTHS = [1, 2, 3, 4, 5, 8, 33]
 SIZES = [(2, 5, 37), (1, 1, 1), (3, 8, 2), (2, 17, 300), (1, 33, 9), (2, 24, 600)]
@@ -123,14 +123,7 @@ def test_forward_v1_target_computes_what_the_current_one_does():
     x, w, b, h = rand(rng, (B, D, L)), rand(rng, (D, W)), rand(rng, (D,)), rand(rng, (B, D, W - 1))
     s = seq_idx(rng, B, L).at[1, -100:].set(-1)  # a padded tail
     y = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s, initial_states=h, backend="ffi")
-    ph = jnp.zeros((0,), jnp.float32)
-    v1 = jax.ffi.ffi_call("jax_causal_conv_fwd_v1", (jax.ShapeDtypeStruct(x.shape, x.dtype),
-                                                      jax.ShapeDtypeStruct((0,), x.dtype)))
-    y1, _ = v1(x, w[None], b[None], ph, s, jnp.zeros((0,), jnp.int32), h, activation=np.int64(1),
-               mode=np.int64(1), channels_last=np.bool_(False), states_channels_last=np.bool_(False),
-               has_bias=np.bool_(True), has_residual=np.bool_(False), has_initial_states=np.bool_(True),
-               has_final_states=np.bool_(False))
-    close(y1, y, jnp.float32)
+    close(forward_v1(x, w, b, s, h), y, jnp.float32)
     close(y, reference.causal_conv1d(x, w, b, activation="silu", seq_idx=s, initial_states=h), jnp.float32)
 
 

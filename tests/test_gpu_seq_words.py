@@ -19,6 +19,7 @@ import pytest
 import jax_causal_conv as jcc
 
 from gpu_support import DRY_RUN, GPU, MARKS, check, grads, inputs
+from helpers import forward_v1
 from test_gpu_seq_idx_stream import packed_ids
 
 pytestmark = MARKS
@@ -134,14 +135,7 @@ def test_forward_v1_target_takes_the_shared_ids(monkeypatch):
         sidx = packed_ids(rng, B, L)
         x, w, b, init, sidx = jax.device_put((x, w, b, init, sidx), GPU)
         y = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=init, backend="ffi")
-        ph = jnp.zeros((0,), x.dtype)
-        v1 = jax.ffi.ffi_call("jax_causal_conv_fwd_v1", (jax.ShapeDtypeStruct(x.shape, x.dtype),
-                                                          jax.ShapeDtypeStruct((0,), x.dtype)))
-        y1, _ = jax.jit(lambda *a: v1(*a, activation=np.int64(1), mode=np.int64(1),
-                                      channels_last=np.bool_(False), states_channels_last=np.bool_(False),
-                                      has_bias=np.bool_(True), has_residual=np.bool_(False),
-                                      has_initial_states=np.bool_(True), has_final_states=np.bool_(False)))(
-            x, w[None], b[None], ph, sidx, jnp.zeros((0,), jnp.int32), init)
+        y1 = forward_v1(x, w, b, sidx, init)
         tol = 1e-5 if dtype == "float32" else 1e-2
         np.testing.assert_allclose(np.asarray(y1, np.float32), np.asarray(y, np.float32), rtol=tol, atol=tol)
 

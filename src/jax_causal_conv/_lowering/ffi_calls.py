@@ -38,11 +38,11 @@ def forward(cfg, x, w, b, res, seq_idx, cu, init):
                                               jax.ShapeDtypeStruct(fin_shape, x.dtype), ws))
     ph, ph_i = _placeholder(x.dtype), _placeholder(jnp.int32)
     y, fin, _ = call(x, w, ph if b is None else b, ph if res is None else res,
-                  ph_i if seq_idx is None else seq_idx, ph_i if cu is None else cu,
-                  ph if init is None else init, **_conv_attrs(cfg),
-                  has_bias=np.bool_(b is not None), has_residual=np.bool_(res is not None),
-                  has_initial_states=np.bool_(init is not None),
-                  has_final_states=np.bool_(cfg.want_final))
+                     ph_i if seq_idx is None else seq_idx, ph_i if cu is None else cu,
+                     ph if init is None else init, **_conv_attrs(cfg),
+                     has_bias=np.bool_(b is not None), has_residual=np.bool_(res is not None),
+                     has_initial_states=np.bool_(init is not None),
+                     has_final_states=np.bool_(cfg.want_final))
     return y, (fin if cfg.want_final else None)
 
 
