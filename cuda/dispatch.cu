@@ -92,6 +92,14 @@ bool SeqWordsBackward(const ConvArgs& a) {
   return SeqWordsRows(a);
 }
 
+// Where the backward reading the words runs rows of few id changes as the
+// dense pass plus a fix of the vectors near each change
+// (backward_stream_fix.cuh), W 2..8: JCC_SEQ_BWD_FIX=1 (an experiment, off
+// by default; read at each call as JCC_FWD_SPAN is).
+bool SeqFixBackward(const ConvArgs& a, bool seq_words) {
+  return seq_words && a.width >= 2 && a.width <= 8 && EnvDigit("JCC_SEQ_BWD_FIX", "01") == 1;
+}
+
 // The forward's, where the caller gave the workspace for the words
 // (ForwardWorkspaceBytes; the DLPack entry point and the v1 FFI target give
 // none): the same rows, 16-bit x at W >= 6, where it measured 2-15% faster
@@ -177,7 +185,13 @@ ForwardPlan PlanForwardFamily(const ConvArgs& a, int64_t workspace_bytes) {
 // where the tensor-core forwards' masked tile loops cost about twice their
 // dense ones (docs/performance-log.md, twenty-eighth session; the first
 // fix kernel, slower than the masked loops everywhere, twenty-ninth).
-bool SeqFixFamily(ForwardPlan::Family f) { return f == ForwardPlan::kMma || f == ForwardPlan::kMmaCl; }
+// JCC_SEQ_FIX_STREAM=1 also runs the channels-first streaming forward
+// (W <= 16, 16-bit x: FixSeqIdxForward's types) so (an experiment, read at
+// each call as JCC_FWD_SPAN is; off by default).
+bool SeqFixFamily(const ConvArgs& a, ForwardPlan::Family f) {
+  if (f == ForwardPlan::kMma || f == ForwardPlan::kMmaCl) return true;
+  return f == ForwardPlan::kStream && DTypeBytes(a.x_dtype) == 2 && EnvDigit("JCC_SEQ_FIX_STREAM", "01") == 1;
+}
 
 // The same problem as rows of one sequence: a seq_fix plan's dense forward.
 ConvArgs AsRows(const ConvArgs& a) {
@@ -207,7 +221,7 @@ int64_t SeqFixMaxWidth() {
 ForwardPlan PlanForward(const ConvArgs& a, int64_t workspace_bytes) {
   if (a.mode == SegmentMode::kSeqIdx && a.width <= Min64(257, SeqFixMaxWidth())) {  // (257: FixSeqIdxForward's bound)
     ForwardPlan p = PlanForwardFamily(AsRows(a), 0);
-    if (SeqFixFamily(p.family)) {
+    if (SeqFixFamily(a, p.family)) {
       p.seq_fix = true;
       return p;
     }
@@ -225,6 +239,7 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
              (p.nchunk = StreamSpans(a, SharedIds(a) && !words ? 1 : kMaxSpanChunks, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
     p.seq_words = words;
+    p.seq_fix = SeqFixBackward(a, words);
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
