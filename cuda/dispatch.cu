@@ -185,13 +185,9 @@ ForwardPlan PlanForwardFamily(const ConvArgs& a, int64_t workspace_bytes) {
 // where the tensor-core forwards' masked tile loops cost about twice their
 // dense ones (docs/performance-log.md, twenty-eighth session; the first
 // fix kernel, slower than the masked loops everywhere, twenty-ninth).
-// JCC_SEQ_FIX_STREAM=1 also runs the channels-first streaming forward
-// (W <= 16, 16-bit x: FixSeqIdxForward's types) so (an experiment, read at
-// each call as JCC_FWD_SPAN is; off by default).
-bool SeqFixFamily(const ConvArgs& a, ForwardPlan::Family f) {
-  if (f == ForwardPlan::kMma || f == ForwardPlan::kMmaCl) return true;
-  return f == ForwardPlan::kStream && DTypeBytes(a.x_dtype) == 2 && EnvDigit("JCC_SEQ_FIX_STREAM", "01") == 1;
-}
+// (The streaming forward so measured slower: its fix cost more than the
+// masked path adds; docs/performance-log.md, thirty-fifth session.)
+bool SeqFixFamily(ForwardPlan::Family f) { return f == ForwardPlan::kMma || f == ForwardPlan::kMmaCl; }
 
 // The same problem as rows of one sequence: a seq_fix plan's dense forward.
 ConvArgs AsRows(const ConvArgs& a) {
@@ -221,7 +217,7 @@ int64_t SeqFixMaxWidth() {
 ForwardPlan PlanForward(const ConvArgs& a, int64_t workspace_bytes) {
   if (a.mode == SegmentMode::kSeqIdx && a.width <= Min64(257, SeqFixMaxWidth())) {  // (257: FixSeqIdxForward's bound)
     ForwardPlan p = PlanForwardFamily(AsRows(a), 0);
-    if (SeqFixFamily(a, p.family)) {
+    if (SeqFixFamily(p.family)) {
       p.seq_fix = true;
       return p;
     }
