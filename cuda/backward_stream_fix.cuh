@@ -26,14 +26,38 @@ __device__ __forceinline__ void FixStreamVector(const ConvArgs& a, const Backwar
   constexpr int N = Stream<T>::kN, kH = kW - 1, M = N + 2 * kH, G = N + kH;
   const int64_t L = a.len;
   const bool silu = a.act == Activation::kSilu;
+  constexpr int kB = (kH + N - 1) / N;  // whole vectors the window reaches on each side
   float xv[M];    // xv[i], iv[i]: input p0 - kH + i and its id
   int32_t iv[M];  // (before step 0: the initial states or zeros, HistoryId; past the end: 0, kNoId)
+  float dyv[G];   // dy of output p0 + u (past the end: 0)
+  if (p0 >= kB * N && p0 + (kB + 1) * N <= L) {  // inside the row: whole vectors, no tests
+    const int32_t* ids = a.seq_idx + b * L + p0 - kH;
 #pragma unroll
-  for (int i = 0; i < M; ++i) {
-    const int64_t p = p0 - kH + i;
-    iv[i] = IdAt(a, b, p, hist);
-    xv[i] = p < 0 ? (a.initial_states ? LoadState<T>(a, a.initial_states, b, d, p + kH) : 0.f)
-                  : p < L ? ToF(rows.x[p]) : 0.f;
+    for (int i = 0; i < M; ++i) iv[i] = ids[i];
+#pragma unroll
+    for (int j = -kB; j <= kB; ++j) {
+      float v[N];
+      Unpack<T, N>(LoadRaw16(rows.x + p0 + j * N), v);
+#pragma unroll
+      for (int n = 0; n < N; ++n)
+        if (j * N + n + kH >= 0 && j * N + n + kH < M) xv[j * N + n + kH] = v[n];
+      if (j >= 0) {
+        Unpack<T, N>(LoadRaw16(rows.dy + p0 + j * N), v);
+#pragma unroll
+        for (int n = 0; n < N; ++n)
+          if (j * N + n < G) dyv[j * N + n] = v[n];
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < M; ++i) {
+      const int64_t p = p0 - kH + i;
+      iv[i] = IdAt(a, b, p, hist);
+      xv[i] = p < 0 ? (a.initial_states ? LoadState<T>(a, a.initial_states, b, d, p + kH) : 0.f)
+                    : p < L ? ToF(rows.x[p]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < G; ++u) dyv[u] = p0 + u < L ? ToF(rows.dy[p0 + u]) : 0.f;
   }
   float g[G];  // g[u]: g of output p0 + u (padding, past the end: 0)
 #pragma unroll
@@ -43,8 +67,7 @@ __device__ __forceinline__ void FixStreamVector(const ConvArgs& a, const Backwar
 #pragma unroll
     for (int k = 0; k < kW; ++k) acc = iv[u + k] == id ? fmaf(w[k], xv[u + k], acc) : acc;
     const bool live = p0 + u < L && id >= 0;
-    const float dy = live ? ToF(rows.dy[p0 + u]) : 0.f;
-    g[u] = live ? (silu ? ActGrad(acc, dy, true) : dy) : 0.f;
+    g[u] = live ? (silu ? ActGrad(acc, dyv[u], true) : dyv[u]) : 0.f;
   }
   float dx[N];
 #pragma unroll
