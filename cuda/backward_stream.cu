@@ -23,7 +23,6 @@
 #include "stream.cuh"
 #include "seq_words.cuh"
 #include "stream_ids.cuh"
-#include "backward_stream_fix.cuh"
 
 namespace jcc::cuda {
 namespace {
@@ -33,18 +32,12 @@ namespace {
 // blocks' share and W <= 8 in 5 without more than a word of spill. W 9..16
 // took 158-191 registers unbounded (2-3 blocks); 4 blocks' 128 measured
 // faster: docs/performance-log.md, 2026-11-27, sixteenth session.)
-// kSeq (seq_idx, the rows of sw (seq_words.cuh) that are its: SeqWords::Heavy):
-// kSeqMasked, each vector's mask words read from `sw`, the masked paths of
-// stream_ids.cuh where a warp step's words are not all set (its 16-bit W 7
-// / 8 spilled 20-64 bytes in 5 blocks' share and measured faster in 4:
-// docs/performance-log.md, thirty-sixth session); kSeqFixRows, the dense
-// pass with no shares of dweight / dbias from a vector with its fix or zero
-// bit, no dx written for one with its fix bit (BwdStreamFixKernel writes
-// them) and zeros for one with its zero bit.
-constexpr int kSeqNone = 0, kSeqMasked = 1, kSeqFixRows = 2;
-template <typename T, int kW, int kSeq>
-__global__ void __launch_bounds__(kStreamThreads,
-                                  kW <= 4 ? 6 : kW <= 8 ? (kSeq == kSeqMasked && kW >= 7 && sizeof(T) == 2 ? 4 : 5) : 4)
+// kSeq: seq_idx, each vector's mask words read from `sw` (seq_words.cuh),
+// the masked paths of stream_ids.cuh where a warp step's words are
+// not all set. Its 16-bit W 7 / 8 spilled 20-64 bytes in 5 blocks' share and
+// measured faster in 4 (docs/performance-log.md, thirty-sixth session).
+template <typename T, int kW, bool kSeq>
+__global__ void __launch_bounds__(kStreamThreads, kW <= 4 ? 6 : kW <= 8 ? (kSeq && kW >= 7 && sizeof(T) == 2 ? 4 : 5) : 4)
     BwdStreamKernel(const ConvArgs a, int64_t spans_per_row, int chunks_per_span, float* ws, SeqWords sw) {
   using S = Stream<T>;
   constexpr int N = S::kN, V = S::kVecs, kH = kW - 1, kHs = kH > 0 ? kH : 1;
@@ -53,7 +46,6 @@ __global__ void __launch_bounds__(kStreamThreads,
   constexpr int kQ = (kH + N - 1) / N;  // lanes a halo reaches
   const StreamPlace pl = LocateStream(a, spans_per_row, chunks_per_span);
   if (!pl.live) return;  // whole warps
-  if (kSeq != kSeqNone && sw.Heavy(pl.b) != (kSeq == kSeqMasked)) return;  // (another kernel's row)
   const int lane = threadIdx.x & 31;
   const int64_t L = a.len, b = pl.b, d = pl.d;
   const int64_t nchunks = CeilDiv(L, int64_t(S::kChunk));
@@ -75,17 +67,6 @@ __global__ void __launch_bounds__(kStreamThreads,
   for (int64_t ci = chunk_end - 1; ci >= pl.first_chunk; --ci) {
     const int64_t c0 = ci * S::kChunk;
     const bool first_walked = ci == chunk_end - 1;  // (warp-uniform)
-    // kSeqFixRows (before the chunk's loads: fewer registers live): bit j, this lane's vector j has its fix / zero bit
-    uint32_t fix_bits = 0, zero_bits = 0;
-    if constexpr (kSeq == kSeqFixRows) {
-      const int64_t s = b * sw.nsteps + ci * V + (lane < V ? lane : lane - V);
-      const uint32_t word = lane < V ? sw.fix[s] : lane < 2 * V ? sw.zero[s] : 0u;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        fix_bits |= ((__shfl_sync(kFullMask, word, j) >> lane) & 1u) << j;
-        zero_bits |= ((__shfl_sync(kFullMask, word, V + j) >> lane) & 1u) << j;
-      }
-    }
     // All loads first: xr[j + 1] = x vector j (j = -1 .. V: before the
     // chunk, its vectors, after it), dyr[j] = dy vector j (j = 0 .. V; the
     // vectors after the chunk only where first_walked).
@@ -96,9 +77,9 @@ __global__ void __launch_bounds__(kStreamThreads,
     // kSeq: bit j of tap_plain / dx_plain: warp step j of the chunk (j == V:
     // the next chunk's first) has every word set (past the row: set)
     uint32_t tap_plain = ~0u, dx_plain = ~0u;
-    // kSeqMasked: vector j's words at wv + 32 j (p0 / N without a signed division)
-    const uint64_t wv = kSeq == kSeqMasked ? sw.ChunkVector(b, ci, V, lane) : 0;
-    if constexpr (kSeq == kSeqMasked) {
+    // kSeq: vector j's words at wv + 32 j (p0 / N without a signed division)
+    const uint64_t wv = kSeq ? sw.ChunkVector(b, ci, V, lane) : 0;
+    if constexpr (kSeq) {
       const int64_t st = ci * V + (lane < V ? lane : V);
       const uint32_t bits = st < sw.nsteps ? sw.plain[b * sw.nsteps + st] : 3u;
       tap_plain = __ballot_sync(kFullMask, bits & 1) & ((2u << V) - 1);
@@ -119,16 +100,15 @@ __global__ void __launch_bounds__(kStreamThreads,
       if (dead) return;
       float win[kH + N];  // win[i] is the input at step p0 - kH + i
       InputWindow<N, kH>(h, cur, win);
-      if (kSeq == kSeqMasked && !((tap_plain >> j) & 1)) {
+      if (kSeq && !((tap_plain >> j) & 1)) {
         const Word mj = static_cast<const Word*>(sw.tap)[wv + j * 32];
         return MaskedGrad<N, kH>(w, win, dyv, bias, silu, mj, j < V, g, part);
       }
       // g and the dweight/dbias shares over the taps present
-      const bool share = j < V && !(((fix_bits | zero_bits) >> j) & 1);
 #pragma unroll
       for (int n = 0; n < N; ++n) {
         g[n] = silu ? ActGrad(TapSum(w, win, n, bias), dyv[n], true) : dyv[n];
-        if (share) {
+        if (j < V) {
 #pragma unroll
           for (int k = 0; k < kW; ++k)
             part[k] += g[n] * win[n + k];
@@ -159,7 +139,7 @@ __global__ void __launch_bounds__(kStreamThreads,
         float gw[N + kH];  // gw[i] is g at step p0 + i
         GradWindow<N, kH>(gcur, r, gw);
         float dx[N];
-        if (kSeq == kSeqMasked && !((dx_plain >> j) & 1)) {
+        if (kSeq && !((dx_plain >> j) & 1)) {
           const Word mj = static_cast<const Word*>(sw.dx)[wv + j * 32];
           MaskedDx<N, kH, false>(w, gw, mj, dx);
         } else {
@@ -169,10 +149,10 @@ __global__ void __launch_bounds__(kStreamThreads,
 #pragma unroll
             for (int k = 0; k < kW; ++k)  // tap k of output p + kH - k reads this input
               acc += w[k] * gw[n + kH - k];
-            dx[n] = ((zero_bits >> j) & 1) ? 0.f : acc;
+            dx[n] = acc;
           }
         }
-        if (!((fix_bits >> j) & 1)) StoreVec<T, N>(dxrow + p0, dx);
+        StoreVec<T, N>(dxrow + p0, dx);
       }
     });
   }
@@ -356,39 +336,22 @@ __global__ void __launch_bounds__(kStreamThreads, 4)
 
 template <typename T, int kW>
 cudaError_t LaunchBwdStream(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
-  BwdStreamKernel<T, kW, kSeqNone><<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(
+  BwdStreamKernel<T, kW, false><<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(
       a, p.nchunk, int(p.chunks_per_span), ws, SeqWords{});
   return cudaGetLastError();
 }
 
-// A row whose vectors need a fix more than one in kFixHeavyShare times runs
-// the masked kernel instead (p.seq_fix).
-constexpr int64_t kFixHeavyShare = 8;
-
 // seq_idx with the words made first (p.seq_words), in the workspace after
-// the partial sums (SeqWordsBytes, csrc/problem.h). p.seq_fix, where the fix
-// words fit too (else as without): rows of few fixes as the dense pass plus
-// the fix, the others masked.
+// the partial sums (SeqWordsBytes, csrc/problem.h)
 template <typename T, int kW>
 cudaError_t LaunchBwdStreamWords(const ConvArgs& a, const BackwardPlan& p, float* ws, cudaStream_t stream) {
   const int64_t partial = BackwardPartialFloats(a, p);
-  constexpr bool kFixes = kW >= 2 && kW <= 8;  // (SeqFixBackward's widths: the only ones instantiated)
   SeqWords sw;
-  cudaError_t err = MakeSeqWords<T, kW, true>(
-      a, ws + partial, BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width) - 4 * partial, stream, &sw,
-      kFixes && p.seq_fix, CeilDiv(a.len, int64_t(Stream<T>::kN)) / kFixHeavyShare);
+  const cudaError_t err = MakeSeqWords<T, kW, true>(
+      a, ws + partial, BackwardWorkspaceBytes(a.batch, a.dim, a.len, a.width) - 4 * partial, stream, &sw);
   if (err != cudaSuccess) return err;
-  const unsigned blocks = unsigned(StreamBlocks(a, p.nchunk));
-  const int span = int(p.chunks_per_span);
-  BwdStreamKernel<T, kW, kSeqMasked><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, span, ws, sw);
-  if constexpr (kFixes) {
-    if (sw.fix != nullptr) {
-      if ((err = cudaGetLastError()) != cudaSuccess) return err;
-      BwdStreamKernel<T, kW, kSeqFixRows><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, span, ws, sw);
-      if ((err = cudaGetLastError()) != cudaSuccess) return err;
-      BwdStreamFixKernel<T, kW><<<blocks, kStreamThreads, 0, stream>>>(a, p.nchunk, span, ws, sw);
-    }
-  }
+  BwdStreamKernel<T, kW, true><<<unsigned(StreamBlocks(a, p.nchunk)), kStreamThreads, 0, stream>>>(
+      a, p.nchunk, int(p.chunks_per_span), ws, sw);
   return cudaGetLastError();
 }
 

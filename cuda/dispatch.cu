@@ -92,14 +92,6 @@ bool SeqWordsBackward(const ConvArgs& a) {
   return SeqWordsRows(a);
 }
 
-// Where the backward reading the words runs rows of few id changes as the
-// dense pass plus a fix of the vectors near each change
-// (backward_stream_fix.cuh), W 2..8: JCC_SEQ_BWD_FIX=1 (an experiment, off
-// by default; read at each call as JCC_FWD_SPAN is).
-bool SeqFixBackward(const ConvArgs& a, bool seq_words) {
-  return seq_words && a.width >= 2 && a.width <= 8 && EnvDigit("JCC_SEQ_BWD_FIX", "01") == 1;
-}
-
 // The forward's, where the caller gave the workspace for the words
 // (ForwardWorkspaceBytes; the DLPack entry point and the v1 FFI target give
 // none): the same rows, 16-bit x at W >= 6, where it measured 2-15% faster
@@ -235,7 +227,6 @@ BackwardPlan PlanBackward(const ConvArgs& a) {
              (p.nchunk = StreamSpans(a, SharedIds(a) && !words ? 1 : kMaxSpanChunks, &p.chunks_per_span)) > 0) {
     p.family = BackwardPlan::kStream;
     p.seq_words = words;
-    p.seq_fix = SeqFixBackward(a, words);
   } else if (rows && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {
     p.family = BackwardPlan::kWide;
   } else if (WideClFits(a, a.dy, a.dx) && a.width > 16 && (p.nchunk = WideSpans(a)) > 0) {

@@ -92,9 +92,6 @@ struct BackwardPlan {
   // words, made once by a pre-pass (dispatch.cu's SeqWordsBackward: long
   // rows at W 2..16), instead of the shared-ids kernel
   bool seq_words = false;
-  // seq_words at W 2..8: rows of few id changes as the dense pass plus
-  // BwdStreamFixKernel over the vectors near them (SeqFixBackward)
-  bool seq_fix = false;
 };
 
 ForwardPlan PlanForward(const ConvArgs& a, int64_t workspace_bytes);

@@ -294,17 +294,15 @@ __device__ __forceinline__ void LoadStreamIds(const ConvArgs& a, int64_t b, int6
 // Lane k's partial sum `mine` of tap k (k == kW: the bias) of the warp's
 // span of row (b, d) into the backward workspace: ws[grp][part][d][kW + 1]
 // with part = (b % batch_per_group) * spans + span (states.cu's
-// ReduceKernel reads it). Lanes past kW write nothing. kAdd: added to what
-// the span's pass stored (a later kernel's: BwdStreamFixKernel).
-template <int kW, bool kAdd = false>
+// ReduceKernel reads it). Lanes past kW write nothing.
+template <int kW>
 __device__ __forceinline__ void StoreSpanPartial(const ConvArgs& a, float* ws, int64_t b, int64_t d,
                                                  int64_t spans_per_row, int64_t span, int lane, float mine) {
   if (lane > kW) return;
   const int64_t bpg = BatchPerGroupFast(a), grp = DivFast(b, bpg);
   const int64_t nparts = bpg * spans_per_row;
   const int64_t partidx = (b - grp * bpg) * spans_per_row + span;
-  float& slot = ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + lane];
-  slot = kAdd ? slot + mine : mine;
+  ws[((grp * nparts + partidx) * a.dim + d) * (kW + 1) + lane] = mine;
 }
 
 // The warp's sums of part[0 .. kW] (a fixed order, so the same bits every

@@ -378,14 +378,6 @@ for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 20, 2056), 4, "seq"),
     case(("conv", dt.__name__, B, D, L, W, False, mode, "seq_words"))(
         lambda c=(dt, B, D, L, W, False, mode): env_case({"JCC_SEQ_WORDS": "1", "JCC_SEQ_WORDS_FWD": "1"}, c))
 
-# 122..124: the backward's dense pass + fix (JCC_SEQ_BWD_FIX=1 with the
-# words forced; forty-first session): padding, one chunk a span, spans of 2
-for dt, (B, D, L), W, mode in ((jnp.bfloat16, (2, 20, 2056), 4, "seqpad"),
-                               (jnp.float32, (1, 33, 1104), 8, "seqpad"),
-                               (jnp.bfloat16, (8, 4096, 1032), 8, "seq")):
-    case(("conv", dt.__name__, B, D, L, W, False, mode, "seq_fix"))(
-        lambda c=(dt, B, D, L, W, False, mode): env_case({"JCC_SEQ_WORDS": "1", "JCC_SEQ_BWD_FIX": "1"}, c))
-
 mine = [CASES[i] for i in PICKED] if PICKED is not None else CASES[PART::NPARTS]
 if sys.argv[3:] == ["wide"]:
     mine = [(w, f) for w, f in mine if w[0] == "conv" and w[5] > 12]

@@ -111,48 +111,6 @@ def test_seq_words_spans(monkeypatch, dtype, W):
     check(grads(f, (0, 1, 2)), (x, w, b), dtype, f"seq words spans W={W}")
 
 
-def fix_rows(rng, B, L):
-    """Rows for the backward's dense + fix plan: packed_ids' rows (few
-    changes: the dense pass and the fix), a row of 3-step segments (more
-    fixes than kFixHeavyShare allows: the masked kernel, in the same call),
-    a row that begins with padding, and one of a single sequence."""
-    ids = np.array(packed_ids(rng, B, L))
-    ids[1] = np.arange(L) // 3
-    ids[2, :37] = -1
-    ids[3] = 5
-    return jnp.asarray(ids)
-
-
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize("W", [2, 3, 4, 5, 6, 7, 8])
-def test_seq_words_backward_fix(monkeypatch, dtype, W):
-    # JCC_SEQ_BWD_FIX=1 (dispatch.cu's SeqFixBackward): light rows as the
-    # dense pass, then BwdStreamFixKernel over the vectors near a change;
-    # heavy rows masked. Rows of 2 or 3 chunks, so that a warp walks spans
-    # of 2 (the fix adds to each span's partial sums); initial states, a
-    # residual, and non-finite padding inputs, which must reach nothing.
-    force_words(monkeypatch)
-    monkeypatch.setenv("JCC_SEQ_BWD_FIX", "1")
-    rng = np.random.default_rng(40 + W)
-    spans = (dtype, W) in {("bfloat16", 4), ("bfloat16", 8), ("float32", 5)}  # (the CPU's side is slow there)
-    for (B, D, L) in [(4, 24, 1104)] + ([(4, 4096, 2056 if dtype != "float32" else 1032)] if spans else []):
-        x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
-        sidx = fix_rows(rng, B, L)
-        res = jnp.asarray(rng.standard_normal(x.shape), x.dtype)
-
-        def f(x, w, b, r, h):
-            y1, s1 = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=h,
-                                       return_final_states=True, residual=r, backend="ffi")
-            y2 = jcc.causal_conv1d(x, w, b, seq_idx=sidx, backend="ffi")  # no activation, no states
-            return y1, s1, y2
-
-        check(grads(f, (0, 1, 2, 3, 4)), (x, w, b, res, init), dtype, f"seq fix {B, D, L} W={W}")
-        pad = np.broadcast_to(np.asarray(sidx)[:, None, :] < 0, x.shape)
-        xn = jnp.asarray(np.where(pad, np.inf, np.asarray(x.astype(jnp.float32))), x.dtype)
-        g = lambda x, w, b: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, backend="ffi")  # noqa: E731
-        check(grads(g, (0, 1, 2)), (xn, w, b), dtype, f"seq fix, non-finite padding {B, D, L} W={W}")
-
-
 @pytest.mark.parametrize("dtype,shape,W", [("bfloat16", (2, 8192, 4096), 6), ("float32", (1, 16384, 4096), 8)])
 def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     # 2^26 elements in rows of 4096 steps: the plan's own choice (no
