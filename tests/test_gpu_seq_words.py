@@ -124,20 +124,20 @@ def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     check(grads(f, (0, 1, 2)), (x, w, b), dtype, f"seq words default {shape} W={W}")
 
 
-def test_forward_v1_target_takes_the_shared_ids(monkeypatch):
+@pytest.mark.parametrize("dtype,W", [("bfloat16", 4), ("float32", 12)])  # (a parameter: conftest.py
+def test_forward_v1_target_takes_the_shared_ids(monkeypatch, dtype, W):  # skips dtypes a build lacks)
     # jax_causal_conv_fwd_v1 has no workspace: its seq_idx calls take the
     # shared-ids kernel, and compute what v2 reading the words does
     force_words(monkeypatch)
-    rng = np.random.default_rng(3)
-    for dtype, W in (("bfloat16", 4), ("float32", 12)):
-        B, D, L = 2, 24, 2056
-        x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
-        sidx = packed_ids(rng, B, L)
-        x, w, b, init, sidx = jax.device_put((x, w, b, init, sidx), GPU)
-        y = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=init, backend="ffi")
-        y1 = forward_v1(x, w, b, sidx, init)
-        tol = 1e-5 if dtype == "float32" else 1e-2
-        np.testing.assert_allclose(np.asarray(y1, np.float32), np.asarray(y, np.float32), rtol=tol, atol=tol)
+    rng = np.random.default_rng(3 + W)
+    B, D, L = 2, 24, 2056
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, False)
+    sidx = packed_ids(rng, B, L)
+    x, w, b, init, sidx = jax.device_put((x, w, b, init, sidx), GPU)
+    y = jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=sidx, initial_states=init, backend="ffi")
+    y1 = forward_v1(x, w, b, sidx, init)
+    tol = 1e-5 if dtype == "float32" else 1e-2
+    np.testing.assert_allclose(np.asarray(y1, np.float32), np.asarray(y, np.float32), rtol=tol, atol=tol)
 
 
 # The plan's choice itself, read from the kernels a forward or a backward
