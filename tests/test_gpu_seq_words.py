@@ -124,8 +124,9 @@ def test_seq_words_default_rule(monkeypatch, dtype, shape, W):
     check(grads(f, (0, 1, 2)), (x, w, b), dtype, f"seq words default {shape} W={W}")
 
 
-@pytest.mark.parametrize("dtype,W", [("bfloat16", 4), ("float32", 12)])  # (a parameter: conftest.py
-def test_forward_v1_target_takes_the_shared_ids(monkeypatch, dtype, W):  # skips dtypes a build lacks)
+# (dtype a parameter, so that conftest.py skips it on a build without it)
+@pytest.mark.parametrize("dtype,W", [("bfloat16", 4), ("float32", 12)])
+def test_forward_v1_target_takes_the_shared_ids(monkeypatch, dtype, W):
     # jax_causal_conv_fwd_v1 has no workspace: its seq_idx calls take the
     # shared-ids kernel, and compute what v2 reading the words does
     force_words(monkeypatch)
