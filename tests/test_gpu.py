@@ -168,6 +168,33 @@ def test_small_wide_family_spans(dtype, W, cl):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("W", [17, 24, 64])
+@pytest.mark.parametrize("cl", [False, True])
+def test_small_wide_rows_of_one_sequence(dtype, W, cl):
+    """The wide families' seq_idx chunks at a row's ends without padding:
+    rows of one sequence, a last sequence that runs to the row's end, an id
+    change inside the first chunk's window; without and with initial
+    states, and a partial last chunk (4104 steps: chunks of 512). Forward
+    and gradients, GPU against the CPU kernels."""
+    rng = np.random.default_rng(W + 11 * cl)
+    B, D, L = 3, 16 if cl else 6, 4104
+    x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
+    ids = np.zeros((B, L), np.int32)
+    ids[1, 3000:] = 1
+    ids[2, :5], ids[2, 5:] = 7, 8
+    sidx = jnp.asarray(ids)
+    conv = functools.partial(jcc.causal_conv1d, activation="silu", seq_idx=sidx, channels_last=cl,
+                             backend="ffi")
+
+    def f(x, w, b, h):
+        y1 = conv(x, w, b)
+        y2, s2 = conv(x, w, b, initial_states=h, return_final_states=True)
+        return y1, y2, s2
+
+    check(grads(f, (0, 1, 2, 3)), (x, w, b, init), dtype, "wide rows of one sequence")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("W", [4, 17, 40])
 @pytest.mark.parametrize("cl", [False, True])
 def test_small_seq_idx_nonfinite_padding(dtype, W, cl):
