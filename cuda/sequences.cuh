@@ -26,6 +26,22 @@ constexpr int32_t kNoId = INT32_MIN;
 // pass's dweight terms (0 * Inf where the input is not finite).
 __device__ __forceinline__ int32_t StagedId(int32_t id) { return id < 0 ? -1 : id; }
 
+// The steps t0 + [lo, hi) of a wide chunk's window (n steps from t0) whose
+// ids count when the chunk is tested for one live id (then it runs the plain
+// taps): steps past the row's end, and before its start without initial
+// states, hold zeros in x and in the dy of g, so the plain taps add nothing
+// from them (a non-finite tap times such a zero gives NaN, as the dense rows
+// and the reference do). Computed once a chunk, not once an id.
+struct StepRange {
+  int lo, hi;
+};
+__device__ __forceinline__ StepRange CountedSteps(const ConvArgs& a, int64_t t0, int n, int32_t hist_id) {
+  const int64_t end = a.len - t0;
+  const int lo = hist_id == kNoId && t0 < 0 ? (-t0 < n ? int(-t0) : n) : 0;
+  const int hi = end < n ? (end > 0 ? int(end) : 0) : n;
+  return {lo, hi};
+}
+
 // The id of row b's first step in kSeqIdx mode (an empty row: kNoId).
 __device__ __forceinline__ int32_t RowFirstId(const ConvArgs& a, int64_t b) {
   return a.len > 0 ? a.seq_idx[b * a.len] : kNoId;

@@ -78,12 +78,14 @@ __device__ __forceinline__ void ConvertWideX(int n, int skip, const T* raw, floa
 // before step 0, kNoId past the end; as StagedId), kU words of 4 in flight per lane:
 // raw element i goes to idx[WideAt(i + kWideR - skip)] (x's layout), and to
 // ido[WideAt(e)] for e = i - skip - H in [0, no) (the outputs'). Returns,
-// warp-uniform, whether the window's steps all hold one live id.
+// warp-uniform, whether the window's steps all hold one live id (the steps
+// CountedSteps counts).
 __device__ __forceinline__ bool StageWideIds(const ConvArgs& a, int64_t b, int64_t o, int n, int skip,
                                              const WideSmem& sm, int32_t hist, int32_t* idx, int32_t* ido) {
   constexpr int kU = 8;
   const int lane = threadIdx.x & 31;
   int32_t mn = INT32_MAX, mx = INT32_MIN;
+  const StepRange counted = CountedSteps(a, o + skip, n - skip, hist);  // (e's range)
   for (int q0 = 0; q0 < n / 4; q0 += 32 * kU) {
     int32_t v[kU][4];
 #pragma unroll
@@ -100,7 +102,7 @@ __device__ __forceinline__ bool StageWideIds(const ConvArgs& a, int64_t b, int64
         const int e = 4 * q + i - skip;  // step c0 - H + e
         const int32_t id = StagedId(v[u][i]);
         idx[WideAt(e + kWideR)] = id;
-        if (e >= 0) mn = min(mn, id), mx = max(mx, id);
+        if (e >= counted.lo && e < counted.hi) mn = min(mn, id), mx = max(mx, id);
         if (e >= sm.H && e - sm.H < sm.no) ido[WideAt(e - sm.H)] = id;
       }
     }

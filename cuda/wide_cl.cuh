@@ -148,17 +148,19 @@ __device__ __forceinline__ void ConvertWideClRows(const ConvArgs& a, const T* ra
 // The ids of the window's steps o .. o + sm.nx (HistoryId before step 0,
 // kNoId past the end; as StagedId) into idx[WideAt(i + kWideR)], and of the outputs'
 // steps o + H .. + sm.no into ido[WideAt(e)]. Returns this thread's share
-// of "every step holds one live id" (the caller ANDs it over the block).
+// of "every step holds one live id" (the steps CountedSteps counts; the
+// caller ANDs it over the block).
 __device__ __forceinline__ bool StageWideClIds(const ConvArgs& a, int64_t b, int64_t o, const WideClSmem& sm,
                                                int32_t hist, int32_t* idx, int32_t* ido) {
-  const int32_t first = StagedId(IdAt(a, b, o, hist));
+  const int32_t first = StagedId(IdAt(a, b, o + sm.H, hist));  // (the chunk's first step: always counted)
+  const StepRange counted = CountedSteps(a, o, sm.nx, hist);
   bool one = first >= 0;
   for (int i = threadIdx.x; i < sm.nx; i += kWideClThreads) {
     const int32_t id = StagedId(IdAt(a, b, o + i, hist));
     idx[WideAt(i + kWideR)] = id;
     const int e = i - sm.H;
     if (e >= 0 && e < sm.no) ido[WideAt(e)] = id;
-    one = one && id == first;
+    one = one && (id == first || i < counted.lo || i >= counted.hi);
   }
   return one;
 }

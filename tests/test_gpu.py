@@ -173,15 +173,17 @@ def test_small_wide_family_spans(dtype, W, cl):
 def test_small_wide_rows_of_one_sequence(dtype, W, cl):
     """The wide families' seq_idx chunks at a row's ends without padding:
     rows of one sequence, a last sequence that runs to the row's end, an id
-    change inside the first chunk's window; without and with initial
-    states, and a partial last chunk (4104 steps: chunks of 512). Forward
-    and gradients, GPU against the CPU kernels."""
+    change inside the first chunk's window, a last sequence of 3 steps;
+    without and with initial states, and a partial last chunk (4104
+    steps: chunks of 512). Forward and gradients, GPU against the CPU
+    kernels."""
     rng = np.random.default_rng(W + 11 * cl)
-    B, D, L = 3, 16 if cl else 6, 4104
+    B, D, L = 4, 16 if cl else 6, 4104
     x, w, b, init = inputs(rng, B, D, L, W, dtype, cl)
     ids = np.zeros((B, L), np.int32)
     ids[1, 3000:] = 1
     ids[2, :5], ids[2, 5:] = 7, 8
+    ids[3, -3:] = 1
     sidx = jnp.asarray(ids)
     conv = functools.partial(jcc.causal_conv1d, activation="silu", seq_idx=sidx, channels_last=cl,
                              backend="ffi")

@@ -11,7 +11,9 @@ the kernels' structure is. `fwd` times the forward only, `bwd` the backward
 only (the forward's and XLA's columns then nan); the last column is the
 jitted XLA shifted sum (jax_causal_conv.reference) of the same call.
 From the repository root on a GPU machine:
-    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl] [fwd|bwd]"""
+    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl] [fwd|bwd] [rows=0,1,..]
+(`rows=` keeps those of the id rows above, by position; dense is row 0 and
+always measured, as the ratios' base.)"""
 import sys
 
 if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
@@ -45,6 +47,10 @@ IDS = {"dense": None,
        "8 + pad (matrix)": rows(8, mc.PAD_FRACTION),
        "64 + pad": rows(64, mc.PAD_FRACTION),
        "512 + pad": rows(512, mc.PAD_FRACTION)}
+picked = [a for a in sys.argv[2:] if a.startswith("rows=")]
+if picked:
+    keep = {0} | {int(v) for v in picked[-1][5:].split(",")}
+    IDS = {k: v for i, (k, v) in enumerate(IDS.items()) if i in keep}
 
 
 x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), jnp.bfloat16)
