@@ -11,9 +11,10 @@ the kernels' structure is. `fwd` times the forward only, `bwd` the backward
 only (the forward's and XLA's columns then nan); the last column is the
 jitted XLA shifted sum (jax_causal_conv.reference) of the same call.
 From the repository root on a GPU machine:
-    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl] [fwd|bwd] [rows=0,1,..]
-(`rows=` keeps those of the id rows above, by position; dense is row 0 and
-always measured, as the ratios' base.)"""
+    PYTHONPATH=src:. python3 -m benchmarks.probes.segments_probe [W,W,..] [cl] [fwd|bwd] [f32] [rows=0,1,..]
+(`f32`: float32 instead of bf16; `rows=` keeps those of the id rows
+above, by position: dense is row 0 and always measured, as the ratios'
+base.)"""
 import sys
 
 if __name__ == "__main__" and {"-h", "--help"} & set(sys.argv[1:]):
@@ -34,6 +35,7 @@ widths = [int(v) for v in sys.argv[1].split(",")] if len(sys.argv) > 1 else [4, 
 cl = "cl" in sys.argv[2:]
 fwd_only = "fwd" in sys.argv[2:]
 bwd_only = "bwd" in sys.argv[2:]
+dt = jnp.float32 if "f32" in sys.argv[2:] else jnp.bfloat16
 rng = np.random.default_rng(0)
 
 
@@ -53,17 +55,17 @@ if picked:
     IDS = {k: v for i, (k, v) in enumerate(IDS.items()) if i in keep}
 
 
-x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), jnp.bfloat16)
+x = jnp.asarray(rng.standard_normal((B, L, D) if cl else (B, D, L)), dt)
 # (a cotangent of its own: with x as the cotangent the backward reads the
 # same bytes twice and L2 flatters the dense kernel most)
-g = jnp.asarray(rng.standard_normal(x.shape), jnp.bfloat16)
-print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, ({B}, {D}, {L}) bf16, "
+g = jnp.asarray(rng.standard_normal(x.shape), dt)
+print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}, ({B}, {D}, {L}) {jnp.dtype(dt).name}, "
       f"{'channels-last' if cl else 'channels-first'}, bias + SiLU; device µs per call")
 print("| W | ids | forward | backward | forward / dense | backward / dense | XLA forward |")
 print("|---:|---|---:|---:|---:|---:|---:|")
 for W in widths:
-    w = jnp.asarray(rng.standard_normal((D, W)) / 2, jnp.bfloat16)
-    b = jnp.asarray(rng.standard_normal((D,)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((D, W)) / 2, dt)
+    b = jnp.asarray(rng.standard_normal((D,)), dt)
     base = None
     for name, s in IDS.items():
         conv = lambda x, w, b, s=s: jcc.causal_conv1d(x, w, b, activation="silu", seq_idx=s,
