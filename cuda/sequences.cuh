@@ -36,9 +36,8 @@ struct StepRange {
   int lo, hi;
 };
 __device__ __forceinline__ StepRange CountedSteps(const ConvArgs& a, int64_t t0, int n, int32_t hist_id) {
-  const int64_t end = a.len - t0;
-  const int lo = hist_id == kNoId && t0 < 0 ? (-t0 < n ? int(-t0) : n) : 0;
-  const int hi = end < n ? (end > 0 ? int(end) : 0) : n;
+  const int lo = hist_id == kNoId ? int(Min64(Max64(-t0, 0), n)) : 0;
+  const int hi = int(Max64(Min64(a.len - t0, n), 0));
   return {lo, hi};
 }
 
